@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Build facts shared by setup.py (the build of record) and CMakeLists.txt (IDE / compile_commands builds).
+
+Finds the CUDA toolkit, the pip CUDA headers that torch's own headers include (cublas_v2.h, cusparse.h), and
+CUTLASS; lists the sources and the compiler flags. setup.py imports this module; CMake runs
+`python tools/build_env.py --cmake` and reads the `set(...)` lines it prints, so both builds use the same
+sources and flags.
+
+Environment switches:
+    CUDA_HOME / CUDA_PATH   the CUDA toolkit (else /usr/local/cuda, else the one `nvcc` on PATH belongs to)
+    CUTLASS_DIR             a CUTLASS checkout (else a populated third_party/cutlass, else the nvidia-cutlass
+                            package)
+    FP8EXT_FORCE_CPU=1      build without CUDA even if a toolkit is found
+    FP8EXT_KERNELS=a,b,...  build only these kernels of csrc/sm90/kernels (names or fnmatch patterns); for
+                            short edit-build-test loops. CI and releases build them all.
+    FP8EXT_PTXAS_VERBOSE=1  print ptxas's resource usage (registers, spills) for every kernel
+"""
+from __future__ import annotations
+
+import fnmatch
+import glob
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CSRC = ROOT / "csrc"
+CUTLASS_VERSION = "4.2.0"
+CUTLASS_PIP = "nvidia-cutlass==4.2.0.0"
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def _is_cuda_home(path: Path) -> bool:
+    return (path / "bin" / "nvcc").is_file() and (path / "include" / "cuda_runtime.h").is_file()
+
+
+def find_cuda_home() -> Path | None:
+    """The CUDA toolkit root, or None. A `nvcc` on PATH may be a wrapper script outside the toolkit, so each
+    candidate is checked for bin/nvcc *and* include/cuda_runtime.h."""
+    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(str(Path(os.path.realpath(nvcc)).parent.parent))
+        # A wrapper script usually execs the real nvcc by absolute path: look inside it.
+        try:
+            text = Path(nvcc).read_text(errors="ignore")[:4096]
+            for m in re.finditer(r"(/[^\s\"']+)/bin/nvcc", text):
+                candidates.append(m.group(1))
+        except OSError:
+            pass
+    candidates += sorted(glob.glob("/usr/local/cuda-*"), reverse=True)
+    for c in candidates:
+        if c and _is_cuda_home(Path(c)):
+            return Path(c).resolve()
+    return None
+
+
+def pip_cuda_include_dirs() -> list[Path]:
+    """Header folders of the pip-installed CUDA libraries (nvidia/cu13/include, nvidia/<lib>/include, ...).
+    torch's CUDA headers include cublas_v2.h and cusparse.h, which a bare toolkit may not have."""
+    dirs: list[Path] = []
+    try:
+        import nvidia  # namespace package of the nvidia-* wheels
+    except ImportError:
+        return dirs
+    for base in map(Path, getattr(nvidia, "__path__", [])):
+        for inc in sorted(base.glob("cu*/include")) + sorted(base.glob("*/include")):
+            if inc.is_dir() and inc not in dirs and (any(inc.glob("cublas*.h")) or any(inc.glob("cusparse*.h"))):
+                dirs.append(inc)
+    return dirs
+
+
+def _cutlass_version(root: Path) -> str | None:
+    header = root / "include" / "cutlass" / "version.h"
+    if not header.is_file():
+        return None
+    text = header.read_text(errors="ignore")
+    parts = [re.search(rf"#define CUTLASS_{k}\s+(\d+)", text) for k in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(p.group(1) for p in parts) if all(parts) else None
+
+
+def find_cutlass() -> tuple[Path, str]:
+    """(root, where it came from). root has include/cutlass/cutlass.h and tools/util/include."""
+    tried = []
+    env = os.environ.get("CUTLASS_DIR")
+    if env:
+        root = Path(env).resolve()
+        if (root / "include" / "cutlass" / "cutlass.h").is_file():
+            return root, "CUTLASS_DIR"
+        tried.append(f"CUTLASS_DIR={env} (no include/cutlass/cutlass.h there)")
+    sub = ROOT / "third_party" / "cutlass"
+    if (sub / "include" / "cutlass" / "cutlass.h").is_file():
+        return sub, "third_party/cutlass submodule"
+    tried.append("third_party/cutlass (submodule not populated)")
+    try:
+        import cutlass_library  # shipped by the nvidia-cutlass wheel, headers under source/
+
+        root = Path(cutlass_library.__file__).resolve().parent / "source"
+        if (root / "include" / "cutlass" / "cutlass.h").is_file():
+            return root, f"nvidia-cutlass package ({root})"
+        tried.append(f"nvidia-cutlass package at {root} (no headers)")
+    except ImportError:
+        tried.append("the nvidia-cutlass package (not installed)")
+    raise BuildError(
+        f"fp8ext needs the CUTLASS {CUTLASS_VERSION} headers and found none. Tried: " + "; ".join(tried) + ". "
+        f"Fix it with one of: `pip install {CUTLASS_PIP}`, `git submodule update --init third_party/cutlass`, "
+        "or `export CUTLASS_DIR=/path/to/cutlass` (a checkout of the v4.2.0 tag)."
+    )
+
+
+def kernel_sources() -> list[Path]:
+    all_kernels = sorted((CSRC / "sm90" / "kernels").glob("*.cu"))
+    wanted = os.environ.get("FP8EXT_KERNELS", "").strip()
+    if not wanted:
+        return all_kernels
+    patterns = [p.strip() for p in wanted.split(",") if p.strip()]
+    chosen = [k for k in all_kernels if any(fnmatch.fnmatch(k.stem, p) for p in patterns)]
+    if not chosen:
+        raise BuildError(f"FP8EXT_KERNELS={wanted!r} matches no kernel in csrc/sm90/kernels")
+    return chosen
+
+
+def sources(with_cuda: bool) -> list[Path]:
+    srcs = [CSRC / "bindings.cpp", CSRC / "scaled_mm_checks.cpp", CSRC / "scaled_mm_cpu.cpp"]
+    if with_cuda:
+        srcs += [CSRC / "scaled_mm_cuda.cu", CSRC / "sm90" / "kernel_registry.cpp", CSRC / "sm90" / "dispatch.cpp"]
+        srcs += kernel_sources()
+    return srcs
+
+
+CXX_FLAGS = ["-O3", "-DNDEBUG", "-std=c++20"]
+NVCC_FLAGS = [
+    "-O3",
+    "-DNDEBUG",
+    "-std=c++20",
+    "-lineinfo",
+    "-gencode", "arch=compute_90a,code=sm_90a",  # wgmma and setmaxnreg exist only in the sm_90a target
+    "--expt-relaxed-constexpr",
+    "--expt-extended-lambda",
+    # torch defines these to keep its own half types unambiguous; CUTLASS wants the CUDA operators back.
+    "-U__CUDA_NO_HALF_OPERATORS__",
+    "-U__CUDA_NO_HALF_CONVERSIONS__",
+    "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+    "-U__CUDA_NO_HALF2_OPERATORS__",
+    "-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1",
+    # CUTLASS's sm100 headers (pulled in by the collective builders) trip C++20's deprecated implicit capture of
+    # `this` (#2908) hundreds of times; silence that one so real warnings (ptxas C7510, spills) stay visible.
+    "-diag-suppress=2908",
+]
+if os.environ.get("FP8EXT_PTXAS_VERBOSE") == "1":
+    NVCC_FLAGS.append("-Xptxas=-v")  # registers, spills and stack per kernel, in the build log
+
+
+def include_dirs(with_cuda: bool) -> list[Path]:
+    dirs = [CSRC]
+    if with_cuda:
+        cutlass_root, _ = find_cutlass()
+        dirs += [cutlass_root / "include", cutlass_root / "tools" / "util" / "include"]
+        dirs += pip_cuda_include_dirs()
+    return dirs
+
+
+def _cmake() -> int:
+    """Print CMake set() lines with the same facts setup.py uses."""
+    cuda_home = find_cuda_home()
+    with_cuda = cuda_home is not None and os.environ.get("FP8EXT_FORCE_CPU") != "1"
+    facts = {
+        "FP8EXT_WITH_CUDA": "ON" if with_cuda else "OFF",
+        "FP8EXT_CUDA_HOME": str(cuda_home or ""),
+        "FP8EXT_SOURCES": [str(s) for s in sources(with_cuda)],
+        "FP8EXT_INCLUDE_DIRS": [str(d) for d in include_dirs(with_cuda)],
+        "FP8EXT_CXX_FLAGS": CXX_FLAGS,
+        "FP8EXT_NVCC_FLAGS": NVCC_FLAGS,
+    }
+    for key, value in facts.items():
+        if isinstance(value, list):
+            value = ";".join(value)
+        print(f'set({key} "{value}")')
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--cmake"]:
+        try:
+            sys.exit(_cmake())
+        except BuildError as e:
+            print(f"build_env: {e}", file=sys.stderr)
+            sys.exit(1)
+    if sys.argv[1:] == ["--json"]:
+        home = find_cuda_home()
+        print(json.dumps({"cuda_home": str(home or ""), "cutlass": str(find_cutlass()[0]),
+                          "pip_cuda_include_dirs": [str(d) for d in pip_cuda_include_dirs()]}, indent=2))
+        sys.exit(0)
+    print(__doc__)
