@@ -1,0 +1,163 @@
+// Validation of fp8ext::scaled_mm's arguments: the single place where the contract is enforced.
+//
+// Every message starts with "fp8ext.scaled_mm: <argument>: " and says what was expected and what was given.
+// docs/errors.md lists them all; tests/test_validation.py checks each one.
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+#include "scaled_mm.h"
+
+namespace fp8ext {
+namespace {
+
+constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();  // CUTLASS problem sizes are int
+
+std::string dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat8_e4m3fn: return "torch.float8_e4m3fn";
+    case at::kFloat8_e5m2: return "torch.float8_e5m2";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kHalf: return "torch.float16";
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kByte: return "torch.uint8";
+    case at::kChar: return "torch.int8";
+    case at::kShort: return "torch.int16";
+    case at::kInt: return "torch.int32";
+    case at::kLong: return "torch.int64";
+    case at::kBool: return "torch.bool";
+    default: {
+      std::string s = c10::toString(t);
+      for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      return "torch." + s;
+    }
+  }
+}
+
+std::string shape_str(at::IntArrayRef sizes) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < sizes.size(); ++i) os << (i ? ", " : "") << sizes[i];
+  os << "]";
+  return os.str();
+}
+
+bool is_fp8(at::ScalarType t) { return t == at::kFloat8_e4m3fn || t == at::kFloat8_e5m2; }
+
+#define FP8EXT_CHECK_ARG(cond, arg, ...) TORCH_CHECK(cond, "fp8ext.scaled_mm: ", arg, ": ", __VA_ARGS__)
+
+void check_same_device(const at::Tensor& t, const char* arg, const at::Tensor& a) {
+  FP8EXT_CHECK_ARG(t.device() == a.device(), arg, "expected a tensor on ", a.device(),
+                   " (the device of a), got one on ", t.device());
+}
+
+void check_operand(const at::Tensor& t, const char* arg, const char* dims) {
+  FP8EXT_CHECK_ARG(t.dim() == 2, arg, "expected a 2-D tensor ", dims, ", got a ", t.dim(),
+                   "-D tensor of shape ", shape_str(t.sizes()));
+  FP8EXT_CHECK_ARG(is_fp8(t.scalar_type()), arg, "expected dtype torch.float8_e4m3fn or torch.float8_e5m2, got ",
+                   dtype_name(t.scalar_type()));
+}
+
+// TMA reads operands in 16-byte units: the base address and the leading dimension must both be multiples of 16
+// bytes (fp8: 16 elements).
+void check_alignment(const at::Tensor& t, const char* arg, int64_t ld) {
+  FP8EXT_CHECK_ARG(ld % 16 == 0, arg, "the leading dimension (", ld,
+                   " elements) must be a multiple of 16 elements (16 bytes) for TMA; pad the buffer it views");
+  const auto addr = reinterpret_cast<std::uintptr_t>(t.data_ptr());
+  FP8EXT_CHECK_ARG(addr % 16 == 0, arg, "the data pointer must be 16-byte aligned, got an address ",
+                   addr % 16, " bytes past a 16-byte boundary (storage_offset ", t.storage_offset(), ")");
+}
+
+// Returns true for row-wise (one value per row of the output), false for tensor-wise (a single value).
+bool check_scale(const at::Tensor& s, const char* arg, int64_t len, const char* len_name, bool is_a,
+                 const at::Tensor& a) {
+  check_same_device(s, arg, a);
+  FP8EXT_CHECK_ARG(s.scalar_type() == at::kFloat, arg, "expected dtype torch.float32, got ",
+                   dtype_name(s.scalar_type()));
+  if (s.numel() == 1) return false;
+  // Row-wise: (len, 1) or (len,) for scale_a; (1, len) or (len,) for scale_b.
+  const bool vector_1d = s.dim() == 1 && s.size(0) == len;
+  const bool vector_2d = s.dim() == 2 && (is_a ? (s.size(0) == len && s.size(1) == 1)
+                                               : (s.size(0) == 1 && s.size(1) == len));
+  FP8EXT_CHECK_ARG(vector_1d || vector_2d, arg, "expected one value (tensor-wise) or shape ",
+                   is_a ? "(M, 1) or (M,)" : "(1, N) or (N,)", " with ", len_name, " = ", len,
+                   " (row-wise), got shape ", shape_str(s.sizes()));
+  const int64_t stride = vector_1d ? s.stride(0) : s.stride(is_a ? 0 : 1);
+  FP8EXT_CHECK_ARG(stride == 1, arg, "row-wise scales must be contiguous (stride 1 along ", len_name,
+                   "), got strides ", shape_str(s.strides()),
+                   "; expanded or strided views are not accepted, pass .contiguous()");
+  return true;
+}
+
+}  // namespace
+
+ScaledMmProblem check_scaled_mm_args(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                                     const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
+                                     std::optional<at::ScalarType> out_dtype) {
+  ScaledMmProblem p;
+  p.out_dtype = out_dtype.value_or(at::kBFloat16);
+  FP8EXT_CHECK_ARG(p.out_dtype == at::kBFloat16 || p.out_dtype == at::kHalf || p.out_dtype == at::kFloat,
+                   "out_dtype", "expected torch.bfloat16, torch.float16 or torch.float32, got ",
+                   dtype_name(p.out_dtype));
+
+  check_operand(a, "a", "[M, K]");
+  check_operand(b, "b", "[K, N]");
+  FP8EXT_CHECK_ARG(!(a.scalar_type() == at::kFloat8_e5m2 && b.scalar_type() == at::kFloat8_e5m2), "a, b",
+                   "both are torch.float8_e5m2; at least one must be torch.float8_e4m3fn "
+                   "(there is no e5m2 x e5m2 FP8 matrix multiply)");
+  check_same_device(b, "b", a);
+
+  p.M = a.size(0);
+  p.K = a.size(1);
+  p.N = b.size(1);
+  FP8EXT_CHECK_ARG(b.size(0) == p.K, "b", "expected shape [K, N] with K = ", p.K, " (a is ",
+                   shape_str(a.sizes()), "), got ", shape_str(b.sizes()));
+  FP8EXT_CHECK_ARG(p.K % 16 == 0, "a", "K = ", p.K, " must be a multiple of 16 (a is ", shape_str(a.sizes()), ")");
+  FP8EXT_CHECK_ARG(p.N % 16 == 0, "b", "N = ", p.N, " must be a multiple of 16 (b is ", shape_str(b.sizes()), ")");
+  FP8EXT_CHECK_ARG(p.M <= kMaxDim, "a", "M = ", p.M, " is larger than the supported 2^31 - 1");
+  FP8EXT_CHECK_ARG(p.N <= kMaxDim, "b", "N = ", p.N, " is larger than the supported 2^31 - 1");
+  FP8EXT_CHECK_ARG(p.K <= kMaxDim, "a", "K = ", p.K, " is larger than the supported 2^31 - 1");
+
+  // Layout. Strides of empty tensors carry no meaning, and the stride of a size-1 dimension is never used.
+  if (a.numel() > 0) {
+    FP8EXT_CHECK_ARG(a.stride(1) == 1 && (p.M == 1 || a.stride(0) >= p.K), "a",
+                     "expected row-major [M, K] (stride(1) == 1, stride(0) >= K), got shape ",
+                     shape_str(a.sizes()), " with strides ", shape_str(a.strides()), "; pass a.contiguous()");
+    check_alignment(a, "a", p.M == 1 ? p.K : a.stride(0));
+  }
+  if (b.numel() > 0) {
+    FP8EXT_CHECK_ARG(b.stride(0) == 1 && b.stride(1) >= p.K, "b",
+                     "expected column-major [K, N], i.e. w.t() of a row-major weight w [N, K] "
+                     "(stride(0) == 1, stride(1) >= K), got shape ",
+                     shape_str(b.sizes()), " with strides ", shape_str(b.strides()));
+    check_alignment(b, "b", b.stride(1));
+  }
+
+  p.scale_a_per_row = check_scale(scale_a, "scale_a", p.M, "M", /*is_a=*/true, a);
+  p.scale_b_per_col = check_scale(scale_b, "scale_b", p.N, "N", /*is_a=*/false, a);
+
+  if (bias.has_value()) {
+    const at::Tensor& t = *bias;
+    check_same_device(t, "bias", a);
+    FP8EXT_CHECK_ARG(t.dim() == 1 && t.size(0) == p.N, "bias", "expected a 1-D tensor of N = ", p.N,
+                     " values, got shape ", shape_str(t.sizes()));
+    FP8EXT_CHECK_ARG(t.scalar_type() == p.out_dtype, "bias", "expected dtype ", dtype_name(p.out_dtype),
+                     " (the out_dtype), got ", dtype_name(t.scalar_type()), "; pass bias.to(",
+                     dtype_name(p.out_dtype), ")");
+    FP8EXT_CHECK_ARG(t.numel() <= 1 || t.stride(0) == 1, "bias", "expected a contiguous tensor, got stride ",
+                     t.stride(0));
+    const auto addr = reinterpret_cast<std::uintptr_t>(t.data_ptr());
+    FP8EXT_CHECK_ARG(t.numel() == 0 || addr % 16 == 0, "bias", "the data pointer must be 16-byte aligned, got an address ",
+                     addr % 16, " bytes past a 16-byte boundary (storage_offset ", t.storage_offset(), ")");
+  }
+  return p;
+}
+
+#undef FP8EXT_CHECK_ARG
+
+}  // namespace fp8ext

@@ -1,0 +1,27 @@
+"""fp8ext: row-wise scaled FP8 GEMM for PyTorch on NVIDIA Hopper.
+
+    import fp8ext
+    out = fp8ext.scaled_mm(a, w.t(), scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, use_fast_accum=True)
+
+The same op is `torch.ops.fp8ext.scaled_mm` (torch.compile, CUDA graphs and torch.library.opcheck work with it).
+"""
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+from .ops import force_kernel, kernel_names, scaled_mm, selected_kernel
+
+__version__ = "0.1.0"
+__all__ = ["scaled_mm", "kernel_names", "selected_kernel", "force_kernel", "build_info", "__version__"]
+
+
+def build_info() -> dict:
+    """How this copy of fp8ext was built: {"cuda": bool, "arch": "sm_90a" | None, "kernels": [...], ...}."""
+    try:
+        info = json.loads(resources.files(__package__).joinpath("_build_info.json").read_text())
+    except (FileNotFoundError, OSError):
+        info = {"cuda": None, "arch": None, "kernels": [], "subset": None}
+    info["registered_kernels"] = kernel_names()
+    info["version"] = __version__
+    return info

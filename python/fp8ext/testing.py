@@ -1,0 +1,86 @@
+"""Helpers to make FP8 test data and to judge results against a float64 reference.
+
+The bound (docs/accuracy.md) is per element:
+
+    |out - ref| <= u(out_dtype) * |ref| + eps * P + tiny(out_dtype)
+    P[i, j]     =  |scale_a[i] * scale_b[j]| * sum_k |a[i, k] * b[k, j]|
+
+with u the unit roundoff of the output type (2^-8 bf16, 2^-11 fp16, 2^-24 fp32) doubled for margin, eps = 2^-10
+for precise accumulation and (K / 32) * 2^-13 for fast accumulation (Hopper's fp8 MMA keeps about 14 mantissa
+bits between promotions), and tiny the spacing of the output type's subnormals. NaN never passes.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
+_ULP = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10, torch.float32: 2.0**-23}
+_TINY = {torch.bfloat16: 2.0**-133, torch.float16: 2.0**-24, torch.float32: 2.0**-149}
+
+
+def random_fp8(rows: int, cols: int, dtype=torch.float8_e4m3fn, device="cpu", generator=None, std: float = 2.0):
+    """A [rows, cols] fp8 tensor of rounded N(0, std^2) values (never all zeros, no NaN)."""
+    x = torch.randn(rows, cols, device=device, generator=generator) * std
+    return x.clamp(-FP8_MAX[dtype], FP8_MAX[dtype]).to(dtype)
+
+
+def random_scales(n: int, device="cpu", generator=None, shape=None) -> torch.Tensor:
+    """Positive float32 scales in [2^-9, 2^-5) (typical of activations/weights quantised to fp8)."""
+    s = torch.exp2(torch.rand(n, device=device, generator=generator) * 4 - 9)
+    return s.reshape(shape) if shape is not None else s
+
+
+def quantize_rowwise(x: torch.Tensor, dtype=torch.float8_e4m3fn):
+    """x [R, C] float -> (fp8 [R, C], float32 scales [R, 1]) with x ~= q * scale, the usual row-wise recipe."""
+    amax = x.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12)
+    scale = amax / FP8_MAX[dtype]
+    q = (x.float() / scale).clamp(-FP8_MAX[dtype], FP8_MAX[dtype]).to(dtype)
+    return q, scale
+
+
+def _scale_view(s: torch.Tensor, n: int, rows: bool) -> torch.Tensor:
+    if s.numel() == 1:
+        return s.reshape(())
+    return s.reshape(n, 1) if rows else s.reshape(1, n)
+
+
+def reference(a, b, scale_a, scale_b, bias=None) -> torch.Tensor:
+    """float64 scale_a * scale_b * (a @ b) (+ bias), on the inputs' device."""
+    acc = a.double() @ b.double()
+    M, N = acc.shape
+    out = acc * _scale_view(scale_a.double(), M, True) * _scale_view(scale_b.double(), N, False)
+    if bias is not None:
+        out = out + bias.double()
+    return out
+
+
+def error_bound(a, b, scale_a, scale_b, out_dtype: torch.dtype, use_fast_accum: bool,
+                ref: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The per-element bound of the module docstring, float64 [M, N]."""
+    if ref is None:
+        ref = reference(a, b, scale_a, scale_b)
+    M, N = ref.shape
+    K = a.shape[1]
+    p = (a.double().abs() @ b.double().abs()) * (_scale_view(scale_a.double(), M, True)
+                                                  * _scale_view(scale_b.double(), N, False)).abs()
+    eps = max(K / 32, 1) * 2.0**-13 if use_fast_accum else 2.0**-10
+    return _ULP[out_dtype] * ref.abs() + eps * p + _TINY[out_dtype]
+
+
+def check_against_reference(out, a, b, scale_a, scale_b, bias=None, *, use_fast_accum: bool, what: str = ""):
+    """Raise AssertionError with the worst element if `out` breaks the bound (or holds NaN where ref has none)."""
+    ref = reference(a, b, scale_a, scale_b, bias)
+    bound = error_bound(a, b, scale_a, scale_b, out.dtype, use_fast_accum, ref=ref)
+    err = (out.double() - ref).abs()
+    bad = ~(err <= bound)  # NaN in out compares False -> bad
+    if bool(bad.any()):
+        idx = int(torch.argmax((err - bound).nan_to_num(math.inf)).item())
+        i, j = divmod(idx, ref.shape[1])
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {bad.numel()} elements outside the bound; worst at [{i}, {j}]: "
+            f"out={out[i, j].item()!r} ref={ref[i, j].item()!r} err={err[i, j].item():.3g} "
+            f"bound={bound[i, j].item():.3g}")
+    return err.max().item() if err.numel() else 0.0
