@@ -1,0 +1,177 @@
+// The kernel template of the sm90 family: one KernelConfig -> one CUTLASS 3.x TMA warp-specialized FP8 GEMM
+// with the row-wise epilogue of rowwise_epilogue.cuh.
+//
+// Layout (TN, K contiguous in both operands):
+//   not swapped: MMA A = a [M, K] (activations), MMA B = b (weights, N x K), D = out [M, N] row-major.
+//   swap_ab:     MMA A = b^T [N, K] (weights),   MMA B = a (M x K),          D = out^T [N, M] column-major,
+//                which is the same memory as out [M, N] row-major. Small M then fills the MMA's narrow N side
+//                instead of wasting most of a 64-row wgmma.
+// Only this header and the generated kernels/ include CUTLASS; nothing here includes libtorch.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/gemm/kernel/tile_scheduler.hpp>
+
+#include "sm90/gemm_params.h"
+#include "sm90/kernel_config.h"
+#include "sm90/kernel_registry.h"
+#include "sm90/rowwise_epilogue.cuh"
+
+namespace fp8ext::sm90 {
+
+template <OutType O> struct OutElement;
+template <> struct OutElement<OutType::kBF16> { using type = cutlass::bfloat16_t; };
+template <> struct OutElement<OutType::kFP16> { using type = cutlass::half_t; };
+template <> struct OutElement<OutType::kFP32> { using type = float; };
+
+template <InType I> struct InElement;
+template <> struct InElement<InType::kE4M3> { using type = cutlass::float_e4m3_t; };
+template <> struct InElement<InType::kE5M2> { using type = cutlass::float_e5m2_t; };
+
+template <Schedule S, Accum A> struct MainloopSchedule;
+template <> struct MainloopSchedule<Schedule::kPingpong, Accum::kFast> {
+  using type = cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum;
+};
+template <> struct MainloopSchedule<Schedule::kPingpong, Accum::kPrecise> {
+  using type = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+};
+template <> struct MainloopSchedule<Schedule::kCooperative, Accum::kFast> {
+  using type = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum;
+};
+template <> struct MainloopSchedule<Schedule::kCooperative, Accum::kPrecise> {
+  using type = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+};
+template <Accum A> struct MainloopSchedule<Schedule::kStreamK, A> : MainloopSchedule<Schedule::kCooperative, A> {};
+
+template <class Config>
+struct RowwiseGemm {
+  static constexpr bool kSwapAB = Config::kSwapAB;
+  static constexpr bool kPingpong = Config::kSchedule == Schedule::kPingpong;
+  static constexpr bool kStreamK = Config::kSchedule == Schedule::kStreamK;
+
+  using ElementActivation = typename InElement<Config::kInA>::type;
+  using ElementWeight = cutlass::float_e4m3_t;
+  using ElementA = cute::conditional_t<kSwapAB, ElementWeight, ElementActivation>;
+  using ElementB = cute::conditional_t<kSwapAB, ElementActivation, ElementWeight>;
+  using ElementD = typename OutElement<Config::kOut>::type;
+  using LayoutA = cutlass::layout::RowMajor;     // MMA A: rows of K contiguous bytes
+  using LayoutB = cutlass::layout::ColumnMajor;  // MMA B: columns of K contiguous bytes
+  using LayoutD = cute::conditional_t<kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  static constexpr int kAlignmentAB = 16;  // 16 bytes of fp8: what TMA needs
+  static constexpr int kAlignmentD = 128 / cutlass::sizeof_bits<ElementD>::value;
+
+  using TileShape = cute::Shape<cute::Int<Config::kTileM>, cute::Int<Config::kTileN>, cute::Int<Config::kTileK>>;
+  using ClusterShape = cute::Shape<cute::Int<Config::kClusterM>, cute::Int<Config::kClusterN>, cute::_1>;
+
+  using KernelSchedule = typename MainloopSchedule<Config::kSchedule, Config::kAccum>::type;
+  using EpilogueSchedule = cute::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
+                                               cutlass::epilogue::TmaWarpSpecializedCooperative>;
+  using TileScheduler =
+      cute::conditional_t<kStreamK, cutlass::gemm::StreamKScheduler, cutlass::gemm::PersistentScheduler>;
+
+  using Epilogue = RowwiseEpilogue<TileShape, ElementD, kSwapAB>;
+
+  // ElementC = void: the epilogue reads no source matrix.
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignmentD, ElementD, LayoutD,
+      kAlignmentD, EpilogueSchedule, typename Epilogue::EVT>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlignmentAB, ElementB, LayoutB,
+      kAlignmentAB, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      KernelSchedule>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+                                                      CollectiveEpilogue, TileScheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+  using StrideA = typename Kernel::StrideA;
+  using StrideB = typename Kernel::StrideB;
+  using StrideC = typename Kernel::StrideC;
+  using StrideD = typename Kernel::StrideD;
+
+  static typename Gemm::Arguments arguments(const GemmParams& p) {
+    // Problem and operands in the MMA's frame. Sizes fit int (checked by the entry); strides stay 64-bit.
+    const int mma_m = static_cast<int>(kSwapAB ? p.N : p.M);
+    const int mma_n = static_cast<int>(kSwapAB ? p.M : p.N);
+    const auto* ptr_a = static_cast<const ElementA*>(kSwapAB ? p.b : p.a);
+    const auto* ptr_b = static_cast<const ElementB*>(kSwapAB ? p.a : p.b);
+    StrideA stride_a = cute::make_stride(kSwapAB ? p.ldb : p.lda, cute::_1{}, int64_t(0));
+    StrideB stride_b = cute::make_stride(kSwapAB ? p.lda : p.ldb, cute::_1{}, int64_t(0));
+    StrideD stride_d;
+    if constexpr (kSwapAB) {
+      stride_d = cute::make_stride(cute::_1{}, p.ldo, int64_t(0));  // D = out^T, column-major
+    } else {
+      stride_d = cute::make_stride(p.ldo, cute::_1{}, int64_t(0));
+    }
+
+    typename Gemm::Arguments args{
+        cutlass::gemm::GemmUniversalMode::kGemm,
+        {mma_m, mma_n, static_cast<int>(p.K), 1},
+        {ptr_a, stride_a, ptr_b, stride_b},
+        {Epilogue::arguments(p.scale_a, p.scale_a_per_row, p.scale_b, p.scale_b_per_col, p.bias), nullptr,
+         stride_d, static_cast<ElementD*>(p.out), stride_d}};
+    args.hw_info.device_id = p.device_id;
+    args.hw_info.sm_count = p.sm_count;  // passed in so CUTLASS does not query the device on every call
+    if constexpr (kStreamK) {
+      // Deterministic: the partial tiles are reduced in a fixed order, so results are bitwise repeatable.
+      args.scheduler.reduction_mode = decltype(args.scheduler.reduction_mode)::Deterministic;
+      args.scheduler.decomposition_mode = decltype(args.scheduler.decomposition_mode)::Heuristic;
+    }
+    return args;
+  }
+};
+
+template <class Config>
+size_t workspace_size(const GemmParams& p) {
+  using G = RowwiseGemm<Config>;
+  return G::Gemm::get_workspace_size(G::arguments(p));
+}
+
+template <class Config>
+LaunchResult launch(const GemmParams& p) {
+  using G = RowwiseGemm<Config>;
+  auto args = G::arguments(p);
+  typename G::Gemm gemm;
+  cutlass::Status status = gemm.can_implement(args);
+  if (status != cutlass::Status::kSuccess) {
+    return {false, "can_implement", cutlass::cutlassGetStatusString(status)};
+  }
+  if (G::Gemm::get_workspace_size(args) > p.workspace_bytes) {
+    return {false, "workspace", "the workspace passed in is smaller than workspace_size()"};
+  }
+  status = gemm.initialize(args, p.workspace, p.stream);
+  if (status != cutlass::Status::kSuccess) {
+    return {false, "initialize", cutlass::cutlassGetStatusString(status)};
+  }
+  status = gemm.run(p.stream);
+  if (status != cutlass::Status::kSuccess) {
+    return {false, "run", cutlass::cutlassGetStatusString(status)};
+  }
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return {false, "launch", cudaGetErrorString(err)};
+  return {};
+}
+
+}  // namespace fp8ext::sm90
+
+// Used once by each generated translation unit in kernels/: instantiates the kernel for CONFIG and adds it to
+// the registry under NAME when the library loads.
+#define FP8EXT_SM90_KERNEL(NAME, CONFIG)                                                                   \
+  template ::fp8ext::sm90::LaunchResult fp8ext::sm90::launch<CONFIG>(const ::fp8ext::sm90::GemmParams&);  \
+  template size_t fp8ext::sm90::workspace_size<CONFIG>(const ::fp8ext::sm90::GemmParams&);                \
+  namespace {                                                                                              \
+  const bool kRegistered = ::fp8ext::sm90::register_kernel(                                                \
+      {NAME, CONFIG::traits(), &::fp8ext::sm90::launch<CONFIG>, &::fp8ext::sm90::workspace_size<CONFIG>});  \
+  }
