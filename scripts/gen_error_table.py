@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Write docs/errors.md from tests/validation_cases.py: every input fp8ext.scaled_mm rejects, with its message.
+
+    python scripts/gen_error_table.py
+
+tests/test_validation.py checks that each case raises exactly the listed message and that this page lists it.
+"""
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from validation_cases import CASES, K, M, N  # noqa: E402
+
+HEADER = f"""# Errors raised by fp8ext.scaled_mm
+
+Every argument is checked before anything is allocated or launched. A rejected call raises `RuntimeError`
+whose first line names the argument, what was expected and what was given. The examples below use
+M = {M}, N = {N}, K = {K}; each row is a test in `tests/test_validation.py` (generated from
+`tests/validation_cases.py` by `scripts/gen_error_table.py`). Rows marked GPU need tensors on a CUDA device.
+
+| # | rejected input | message |
+|---|---|---|
+"""
+
+
+def main() -> int:
+    rows = []
+    for i, case in enumerate(CASES, 1):
+        where = " (GPU)" if case.gpu_only else ""
+        rows.append(f"| {i} | {case.what}{where} | `{case.message}` |")
+    (ROOT / "docs" / "errors.md").write_text(HEADER + "\n".join(rows) + "\n")
+    print(f"docs/errors.md: {len(rows)} rows")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

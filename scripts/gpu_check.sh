@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The whole GPU check of fp8ext in one command, for an H100/H200 machine with no network:
+# build with all cores, run the full test suite (CPU and GPU tests), and a benchmark; logs and JSON go to
+# $FP8EXT_OUT (default: gpu_check_out/).
+#
+#   FP8EXT_OUT=/tmp/out bash scripts/gpu_check.sh                 # build + test + quick bench
+#   FP8EXT_STAGES=build,tune FP8EXT_OUT=... bash scripts/gpu_check.sh
+#   FP8EXT_STAGES=build,test,bench FP8EXT_BENCH_SUITE=llama ...
+#
+# Stages: build, test, bench, tune, sanitize. Wheels that the machine lacks (nvidia-cutlass for the headers)
+# may be placed in .whl/; they are installed to a private prefix first. The build is in place and incremental
+# (build/ is reused when the machine is still warm).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR="${FP8EXT_OUT:-gpu_check_out}"
+STAGES=",${FP8EXT_STAGES:-build,test,bench},"
+mkdir -p "$OUT_DIR"
+PY=${PYTHON:-python3}
+T0=$(date +%s)
+# Stages that can stop early (tune) finish by this time, so a run under a hard limit still returns its data.
+DEADLINE=$(( T0 + ${FP8EXT_TIME_BUDGET_S:-100000} ))
+export PYTHONUNBUFFERED=1
+
+if compgen -G ".whl/*.whl" >/dev/null; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/fp8ext-site .whl/*.whl
+  export PYTHONPATH=/tmp/fp8ext-site${PYTHONPATH:+:$PYTHONPATH}
+  if [ -z "${CUTLASS_DIR:-}" ] && [ -d /tmp/fp8ext-site/cutlass_library/source/include ]; then
+    export CUTLASS_DIR=/tmp/fp8ext-site/cutlass_library/source
+  fi
+fi
+export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+
+if [[ $STAGES == *,build,* ]]; then
+  start=$(date +%s)
+  MAX_JOBS=${MAX_JOBS:-$(nproc)} FP8EXT_PTXAS_VERBOSE=1 $PY setup.py build_ext --inplace >"$OUT_DIR/build.log" 2>&1 \
+    || { tail -50 "$OUT_DIR/build.log"; exit 1; }
+  echo "build: $(( $(date +%s) - start )) s"
+  # ptxas findings worth a look: C7510 (wgmma serialized), spills, stack frames.
+  grep -E "C75[0-9][0-9]|[1-9][0-9]* bytes spill|Compiling entry|Function properties for .*device_kernel" \
+    "$OUT_DIR/build.log" | grep -E "C75|spill" | sort | uniq -c | sort -rn | head -20 || true
+  grep -c "C7510" "$OUT_DIR/build.log" | sed 's/^/ptxas C7510 warnings: /' || true
+fi
+
+$PY - <<'PY'
+import torch, fp8ext
+info = fp8ext.build_info()
+print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, fp8ext kernels: {len(info['registered_kernels'])}")
+PY
+
+if [[ $STAGES == *,test,* ]]; then
+  set +e
+  $PY -m pytest tests -q -p no:cacheprovider --junitxml="$OUT_DIR/pytest.xml" ${FP8EXT_PYTEST_ARGS:-} \
+    >"$OUT_DIR/pytest.log" 2>&1
+  rc=$?
+  set -e
+  grep -E "^(FAILED|ERROR)" "$OUT_DIR/pytest.log" | head -30 || true
+  tail -3 "$OUT_DIR/pytest.log"
+  [ $rc -eq 0 ] || echo "pytest exit code $rc"
+fi
+
+if [[ $STAGES == *,tune,* ]]; then
+  $PY scripts/tune.py --out "$OUT_DIR/tune.json" --deadline "$DEADLINE" ${FP8EXT_TUNE_ARGS:-} >"$OUT_DIR/tune.log" 2>&1 \
+    || { tail -30 "$OUT_DIR/tune.log"; exit 1; }
+  tail -5 "$OUT_DIR/tune.log"
+fi
+
+if [[ $STAGES == *,bench,* ]]; then
+  suite=${FP8EXT_BENCH_SUITE:-quick}
+  $PY -m fp8ext.bench --suite "$suite" --json "$OUT_DIR/bench-$suite.json" --plot "$OUT_DIR/bench-$suite.png" \
+    --quiet ${FP8EXT_BENCH_ARGS:-} >"$OUT_DIR/bench-$suite.log" 2>&1 || { tail -30 "$OUT_DIR/bench-$suite.log"; exit 1; }
+  sed -n '/geomean/,$p' "$OUT_DIR/bench-$suite.log"
+fi
+
+if [[ $STAGES == *,sanitize,* ]]; then
+  bash scripts/sanitize.sh "$OUT_DIR"
+fi

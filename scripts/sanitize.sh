@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# compute-sanitizer (memcheck, racecheck, initcheck, synccheck) over scripts/sanitize_workload.py, with
+# PyTorch's caching allocator off so that out-of-bounds accesses hit unallocated memory.
+#   bash scripts/sanitize.sh [out_dir] [tools]     (default tools: memcheck racecheck initcheck synccheck)
+# Needs a built fp8ext (scripts/gpu_check.sh stage build) on PYTHONPATH.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR=${1:-gpu_check_out}
+TOOLS=${2:-${FP8EXT_SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}}
+mkdir -p "$OUT_DIR"
+export PYTORCH_NO_CUDA_MEMORY_CACHING=1
+status=0
+for tool in $TOOLS; do
+  extra=""
+  [ "$tool" = "memcheck" ] && extra="--leak-check no"
+  start=$(date +%s)
+  # --kernel-name regex: only fp8ext's CUTLASS kernels are checked (torch's own kernels are not ours to fix).
+  compute-sanitizer --tool "$tool" $extra --kernel-name regex:device_kernel --error-exitcode 3 \
+    --print-limit 20 python3 scripts/sanitize_workload.py >"$OUT_DIR/sanitize-$tool.log" 2>&1
+  rc=$?
+  errors=$(grep -oE "ERROR SUMMARY: [0-9]+ error" "$OUT_DIR/sanitize-$tool.log" | tail -1)
+  echo "compute-sanitizer $tool: rc=$rc ${errors:-no summary} ($(( $(date +%s) - start )) s)"
+  grep -m1 "sanitize workload" "$OUT_DIR/sanitize-$tool.log" || tail -5 "$OUT_DIR/sanitize-$tool.log"
+  [ $rc -eq 0 ] || status=1
+done
+exit $status

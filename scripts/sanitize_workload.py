@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""A small workload for compute-sanitizer: every built kernel (forced by name) on tail shapes.
+
+M in {1, 17, 255, 257} (no tile multiple), N = 144 (not a multiple of 64 or 128), K = 16 (the minimum) and
+K = 272, with bias; plus the tensor-wise route and empty shapes. Results are checked against float64 too, so a
+kernel that writes out of bounds *and* one that computes garbage both fail. Run it through scripts/sanitize.sh.
+"""
+import sys
+
+import torch
+
+import fp8ext
+from fp8ext.testing import check_against_reference, random_fp8, random_scales
+
+SHAPES = [(M, 144, K) for M in (1, 17, 255, 257) for K in (16, 272)]
+
+
+def main() -> int:
+    torch.manual_seed(0)
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+    launches = 0
+    for name in fp8ext.kernel_names():
+        parts = name.split("_")
+        a_dtype = torch.float8_e5m2 if parts[-1] == "ae5m2" else torch.float8_e4m3fn
+        parts = parts[:-1] if parts[-1] == "ae5m2" else parts
+        out_dtype, fast = dtypes[parts[-1]], parts[-2] == "fast"
+        with fp8ext.force_kernel(name):
+            for M, N, K in SHAPES:
+                a = random_fp8(M, K, a_dtype, device="cuda")
+                b = random_fp8(N, K, device="cuda").t()
+                sa = random_scales(M, device="cuda", shape=(M, 1))
+                sb = random_scales(N, device="cuda", shape=(1, N))
+                bias = torch.randn(N, device="cuda").to(out_dtype)
+                out = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype, use_fast_accum=fast)
+                check_against_reference(out, a, b, sa, sb, bias, use_fast_accum=fast, what=f"{name} {M}x{N}x{K}")
+                launches += 1
+    # tensor-wise (cuBLAS route) and the empty shapes
+    a, b = random_fp8(17, 272, device="cuda"), random_fp8(144, 272, device="cuda").t()
+    one = torch.ones((), device="cuda")
+    fp8ext.scaled_mm(a, b, one, one)
+    fp8ext.scaled_mm(a[:0], b, torch.ones(0, 1, device="cuda"), random_scales(144, device="cuda", shape=(1, 144)))
+    torch.cuda.synchronize()
+    print(f"sanitize workload: {launches} kernel launches over {len(fp8ext.kernel_names())} kernels checked")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""The CUDA backend on an sm_90 GPU: correctness against the float64 bound, every kernel of the family forced by
+name, bit-exact cases, opcheck, CUDA graphs, streams, padded leading dimensions and empty shapes."""
+import pytest
+import torch
+
+import fp8ext
+from fp8ext.testing import check_against_reference, random_fp8, random_scales
+
+pytestmark = pytest.mark.gpu
+
+E4M3 = torch.float8_e4m3fn
+DEV = "cuda"
+OUT_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+# N, K: multiples of 16, not powers of two.
+NK = [(1040, 2736), (2736, 7168), (7168, 1040)]
+MS = [1, 17, 64, 255, 257, 1000, 4096]
+
+
+def inputs(M, N, K, a_dtype=E4M3, scale_a_shape=None, scale_b_shape=None):
+    a = random_fp8(M, K, a_dtype, device=DEV)
+    b = random_fp8(N, K, device=DEV).t()
+    sa = random_scales(M, device=DEV, shape=scale_a_shape or (M, 1))
+    sb = random_scales(N, device=DEV, shape=scale_b_shape or (1, N))
+    return a, b, sa, sb
+
+
+def poison_allocator(nbytes):
+    # Fill a block of the output's size with NaN and free it: the caching allocator hands the same block to the
+    # op's output next, so an element the kernel fails to write stays NaN and fails the check.
+    torch.full(((nbytes + 3) // 4,), float("nan"), device=DEV)
+
+
+def kernel_dtypes(name):
+    """(out dtype, fast accumulation, a dtype) from a kernel name such as swap_pp_64x32x128_c1x1_fast_bf16."""
+    parts = name.split("_")
+    a_dtype = torch.float8_e5m2 if parts[-1] == "ae5m2" else E4M3
+    if parts[-1] == "ae5m2":
+        parts = parts[:-1]
+    out = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[parts[-1]]
+    return out, parts[-2] == "fast", a_dtype
+
+
+def run_and_check(M, N, K, out_dtype, fast, with_bias, **kw):
+    a, b, sa, sb = inputs(M, N, K, **kw)
+    bias = (torch.randn(N, device=DEV) * 4).to(out_dtype) if with_bias else None
+    poison_allocator(M * N * out_dtype.itemsize)
+    out = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype, use_fast_accum=fast)
+    assert out.shape == (M, N) and out.dtype == out_dtype and out.device.type == "cuda" and out.is_contiguous()
+    check_against_reference(out, a, b, sa, sb, bias, use_fast_accum=fast,
+                            what=f"M={M} N={N} K={K} {out_dtype} fast={fast} bias={with_bias}")
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "precise"])
+@pytest.mark.parametrize("N,K", NK)
+@pytest.mark.parametrize("M", MS)
+def test_bf16_against_float64(M, N, K, fast):
+    run_and_check(M, N, K, torch.bfloat16, fast, with_bias=(M % 2 == 1))
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "precise"])
+@pytest.mark.parametrize("M", [1, 17, 257, 1000])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_other_out_dtypes_against_float64(M, out_dtype, fast, with_bias):
+    run_and_check(M, 2736, 1040, out_dtype, fast, with_bias)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "precise"])
+@pytest.mark.parametrize("mode", ["a_tensorwise", "b_tensorwise", "both_1d", "tensorwise"])
+def test_scale_modes(mode, fast):
+    shapes = {"a_tensorwise": ((), None), "b_tensorwise": (None, (1,)), "both_1d": ((255,), (1040,)),
+              "tensorwise": ((), ())}[mode]
+    M, N, K = 255, 1040, 2736
+    a = random_fp8(M, K, device=DEV)
+    b = random_fp8(N, K, device=DEV).t()
+    sa = random_scales(1 if shapes[0] == () else M, device=DEV, shape=shapes[0] or (M, 1))
+    sb = random_scales(1 if shapes[1] in ((), (1,)) else N, device=DEV, shape=shapes[1] or (1, N))
+    bias = torch.randn(N, device=DEV).bfloat16()
+    out = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, use_fast_accum=fast)
+    check_against_reference(out, a, b, sa, sb, bias, use_fast_accum=fast, what=mode)
+
+
+def test_tensorwise_fp32_out_with_bias():
+    # cuBLAS takes no bias with fp32 output; fp8ext adds it after the call.
+    M, N, K = 64, 1040, 1040
+    a, b, _, _ = inputs(M, N, K)
+    sa, sb = random_scales(1, device=DEV, shape=()), random_scales(1, device=DEV, shape=())
+    bias = torch.randn(N, device=DEV)
+    out = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.float32)
+    check_against_reference(out, a, b, sa, sb, bias, use_fast_accum=False, what="tensorwise fp32 bias")
+
+
+def test_e5m2_activation():
+    for fast in (True, False):
+        run_and_check(300, 1040, 2736, torch.bfloat16, fast, with_bias=True, a_dtype=torch.float8_e5m2)
+
+
+@pytest.mark.parametrize("name", fp8ext.kernel_names() or ["<no kernels built>"])
+def test_every_kernel_forced_by_name(name):
+    if name.startswith("<"):
+        pytest.skip("CPU-only build")
+    out_dtype, fast, a_dtype = kernel_dtypes(name)
+    with fp8ext.force_kernel(name):
+        for M, N, K in [(1, 1040, 2736), (17, 7168, 1040), (257, 2736, 7168), (1000, 1040, 1040)]:
+            run_and_check(M, N, K, out_dtype, fast, with_bias=True, a_dtype=a_dtype)
+
+
+def test_forced_kernel_must_match_the_call():
+    names = [n for n in fp8ext.kernel_names() if n.endswith("_fast_bf16")]
+    a, b, sa, sb = inputs(16, 1040, 1040)
+    with fp8ext.force_kernel(names[0]):
+        with pytest.raises(RuntimeError, match="does not compute this call"):
+            fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float16)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "precise"])
+@pytest.mark.parametrize("M", [1, 16, 200])
+def test_bit_exact_small_integers(M, fast):
+    N, K = 256, 128
+    a = torch.randint(-4, 5, (M, K), device=DEV).float()
+    w = torch.randint(-4, 5, (N, K), device=DEV).float()
+    sa = torch.exp2(torch.randint(-3, 4, (M, 1), device=DEV).float())
+    sb = torch.exp2(torch.randint(-3, 4, (1, N), device=DEV).float())
+    bias = torch.randint(-8, 9, (N,), device=DEV).float()
+    out = fp8ext.scaled_mm(a.to(E4M3), w.to(E4M3).t(), sa, sb, bias=bias, out_dtype=torch.float32,
+                           use_fast_accum=fast)
+    exact = (a.double() @ w.double().t()) * sa.double() * sb.double() + bias.double()
+    assert torch.equal(out.double(), exact)
+
+
+OPCHECK_UTILS = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"out_dtype": torch.float32, "use_fast_accum": True},
+                                    {"bias": "bf16"}, {"tensorwise": True}], ids=["rowwise", "fp32", "bias",
+                                                                                  "tensorwise"])
+def test_opcheck_cuda(kwargs):
+    kwargs = dict(kwargs)
+    a, b, sa, sb = inputs(64, 1040, 1040)
+    if kwargs.pop("tensorwise", False):
+        sa, sb = sa[:1, :1].contiguous(), sb[:1, :1].contiguous()
+    if kwargs.get("bias") == "bf16":
+        kwargs["bias"] = torch.randn(1040, device=DEV).bfloat16()
+    result = torch.library.opcheck(torch.ops.fp8ext.scaled_mm.default, (a, b, sa, sb), kwargs,
+                                   test_utils=OPCHECK_UTILS)
+    assert all(v == "SUCCESS" for v in result.values()), result
+
+
+@pytest.mark.parametrize("M", [8, 300])
+def test_cuda_graph_replay_with_new_inputs(M):
+    N, K = 2736, 1040
+    a, b, sa, sb = inputs(M, N, K)
+    bias = torch.randn(N, device=DEV).bfloat16()
+    fp8ext.scaled_mm(a, b, sa, sb, bias=bias)  # warm up outside capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
+    for _ in range(3):
+        a2, b2, sa2, sb2 = inputs(M, N, K)
+        a.copy_(a2), b.copy_(b2), sa.copy_(sa2), sb.copy_(sb2), bias.copy_(torch.randn(N, device=DEV))
+        graph.replay()
+        torch.cuda.synchronize()
+        check_against_reference(out, a, b, sa, sb, bias, use_fast_accum=False, what="graph replay")
+
+
+def test_runs_on_current_stream_with_delayed_producer():
+    M, N, K = 512, 2736, 1040
+    a, b, sa, sb = inputs(M, N, K)
+    fresh = random_fp8(M, K, device=DEV)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)  # the producer is slow: if the op ran on another stream it would read stale a
+        a.copy_(fresh)
+        out = fp8ext.scaled_mm(a, b, sa, sb)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    check_against_reference(out, fresh, b, sa, sb, use_fast_accum=False, what="side stream")
+
+
+@pytest.mark.parametrize("M", [1, 257])
+def test_padded_leading_dims_equal_contiguous(M):
+    N, K = 1040, 2736
+    a_wide = random_fp8(M, K + 64, device=DEV)
+    w_wide = random_fp8(N, K + 32, device=DEV)
+    sa, sb = random_scales(M, device=DEV, shape=(M, 1)), random_scales(N, device=DEV, shape=(1, N))
+    for fast in (True, False):
+        padded = fp8ext.scaled_mm(a_wide[:, :K], w_wide[:, :K].t(), sa, sb, use_fast_accum=fast)
+        contiguous = fp8ext.scaled_mm(a_wide[:, :K].contiguous(), w_wide[:, :K].contiguous().t(), sa, sb,
+                                      use_fast_accum=fast)
+        assert torch.equal(padded, contiguous)
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_empty_shapes(with_bias):
+    N, K = 1040, 1040
+    bias = torch.randn(N, device=DEV).bfloat16() if with_bias else None
+    a, b, sa, sb = inputs(0, N, K)
+    assert fp8ext.scaled_mm(a, b, sa, sb, bias=bias).shape == (0, N)
+    M = 7
+    out = fp8ext.scaled_mm(torch.empty(M, 0, device=DEV, dtype=E4M3), torch.empty(N, 0, device=DEV, dtype=E4M3).t(),
+                           random_scales(M, device=DEV, shape=(M, 1)), random_scales(N, device=DEV, shape=(1, N)),
+                           bias=bias)
+    assert torch.equal(out, bias.expand(M, N) if with_bias else torch.zeros(M, N, device=DEV, dtype=torch.bfloat16))
+
+
+def test_compile_fullgraph_cuda():
+    torch._dynamo.reset()
+    a, b, sa, sb = inputs(128, 1040, 2736)
+    f = torch.compile(lambda *x: fp8ext.scaled_mm(*x, use_fast_accum=True), fullgraph=True)
+    assert torch.equal(f(a, b, sa, sb), fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=True))
+
+
+def test_deterministic_run_to_run():
+    a, b, sa, sb = inputs(257, 2736, 7168)
+    for fast in (True, False):
+        first = fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=fast)
+        for _ in range(3):
+            assert torch.equal(fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=fast), first)
+
+
+def test_heuristic_picks_a_matching_kernel():
+    for M in (1, 16, 64, 128, 1024, 16384):
+        for fast in (True, False):
+            for out_dtype in OUT_DTYPES:
+                name = fp8ext.selected_kernel(M, 4096, 4096, out_dtype, fast)
+                assert name is not None and name in fp8ext.kernel_names()
+                assert ("_fast_" in name) == fast
