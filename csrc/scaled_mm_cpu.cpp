@@ -20,9 +20,14 @@ at::Tensor scaled_mm_empty_k(const at::Tensor& a, const std::optional<at::Tensor
 at::Tensor scaled_mm_reference(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
                                const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
                                const ScaledMmProblem& problem) {
+  if (problem.M == 0 || problem.N == 0) {
+    return at::empty({problem.M, problem.N}, a.options().dtype(problem.out_dtype));
+  }
   if (problem.K == 0) return scaled_mm_empty_k(a, bias, problem);
-  // fp8 -> fp32 is exact, so the only rounding before the output cast is the fp32 accumulation.
-  at::Tensor acc = at::mm(a.to(at::kFloat), b.to(at::kFloat));
+  // fp8 -> fp32 is exact, so the only rounding before the output cast is the fp32 accumulation. Operands are
+  // made contiguous first: a padded or transposed fp8 view is legal input, and the plain conversion and
+  // matmul paths are the ones every backend has.
+  at::Tensor acc = at::mm(a.contiguous().to(at::kFloat), b.t().contiguous().to(at::kFloat).t());
   // (M, 1) * (1, N) broadcasting; a tensor-wise scale is viewed as a 0-d tensor.
   const at::Tensor sa = problem.scale_a_per_row ? scale_a.reshape({problem.M, 1}) : scale_a.reshape({});
   const at::Tensor sb = problem.scale_b_per_col ? scale_b.reshape({1, problem.N}) : scale_b.reshape({});

@@ -72,6 +72,7 @@ at::Tensor run_sm90(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
   p.K = problem.K;
   p.a = a.data_ptr();
   p.lda = problem.M == 1 ? problem.K : a.stride(0);  // a size-1 dimension's stride is never used
+  p.a_is_e5m2 = a.scalar_type() == at::kFloat8_e5m2;
   p.b = b.data_ptr();
   p.ldb = b.stride(1);
   p.out = out.data_ptr();

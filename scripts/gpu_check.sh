@@ -7,7 +7,8 @@
 #   FP8EXT_STAGES=build,tune FP8EXT_OUT=... bash scripts/gpu_check.sh
 #   FP8EXT_STAGES=build,test,bench FP8EXT_BENCH_SUITE=llama ...
 #
-# Stages: build, test, bench, tune, sanitize. Wheels that the machine lacks (nvidia-cutlass for the headers)
+# Stages, run in this order: build, test, tune, retable (write csrc/sm90/heuristic_table.inc from this run's
+# tune.json and rebuild), bench, sanitize. Wheels that the machine lacks (nvidia-cutlass for the headers)
 # may be placed in .whl/; they are installed to a private prefix first. The build is in place and incremental
 # (build/ is reused when the machine is still warm).
 set -euo pipefail
@@ -30,11 +31,15 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 
-if [[ $STAGES == *,build,* ]]; then
-  start=$(date +%s)
-  MAX_JOBS=${MAX_JOBS:-$(nproc)} FP8EXT_PTXAS_VERBOSE=1 $PY setup.py build_ext --inplace >"$OUT_DIR/build.log" 2>&1 \
+build() {
+  local start=$(date +%s)
+  MAX_JOBS=${MAX_JOBS:-$(nproc)} FP8EXT_PTXAS_VERBOSE=1 $PY setup.py build_ext --inplace >>"$OUT_DIR/build.log" 2>&1 \
     || { tail -50 "$OUT_DIR/build.log"; exit 1; }
   echo "build: $(( $(date +%s) - start )) s"
+}
+
+if [[ $STAGES == *,build,* ]]; then
+  build
   # ptxas findings worth a look: C7510 (wgmma serialized), spills, stack frames.
   grep -E "C75[0-9][0-9]|[1-9][0-9]* bytes spill|Compiling entry|Function properties for .*device_kernel" \
     "$OUT_DIR/build.log" | grep -E "C75|spill" | sort | uniq -c | sort -rn | head -20 || true
@@ -49,7 +54,7 @@ PY
 
 if [[ $STAGES == *,test,* ]]; then
   set +e
-  $PY -m pytest tests -q -p no:cacheprovider --junitxml="$OUT_DIR/pytest.xml" ${FP8EXT_PYTEST_ARGS:-} \
+  $PY -m pytest tests -q -p no:cacheprovider ${FP8EXT_PYTEST_ARGS:-} \
     >"$OUT_DIR/pytest.log" 2>&1
   rc=$?
   set -e
@@ -59,9 +64,16 @@ if [[ $STAGES == *,test,* ]]; then
 fi
 
 if [[ $STAGES == *,tune,* ]]; then
-  $PY scripts/tune.py --out "$OUT_DIR/tune.json" --deadline "$DEADLINE" ${FP8EXT_TUNE_ARGS:-} >"$OUT_DIR/tune.log" 2>&1 \
-    || { tail -30 "$OUT_DIR/tune.log"; exit 1; }
-  tail -5 "$OUT_DIR/tune.log"
+  tune_log=${TMPDIR:-/tmp}/fp8ext-tune.log
+  $PY scripts/tune.py --out "$OUT_DIR/tune.json" --deadline "$DEADLINE" ${FP8EXT_TUNE_ARGS:-} >"$tune_log" 2>&1 \
+    || { tail -30 "$tune_log"; exit 1; }
+  tail -3 "$tune_log"
+fi
+
+if [[ $STAGES == *,retable,* ]]; then
+  $PY scripts/tune.py --from-json "$OUT_DIR/tune.json" --write-table
+  cp csrc/sm90/heuristic_table.inc "$OUT_DIR/heuristic_table.inc"
+  build
 fi
 
 if [[ $STAGES == *,bench,* ]]; then

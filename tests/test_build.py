@@ -20,10 +20,12 @@ def test_build_info_is_consistent():
     assert info["version"] == fp8ext.__version__
     if info["cuda"]:
         assert info["arch"] == "sm_90a"
-        assert info["registered_kernels"] == sorted(info["kernels"]), "a compiled kernel did not register"
+        registered = set(info["registered_kernels"])
+        assert set(info["kernels"]) <= registered, "a compiled kernel did not register"
+        assert {"gemv_m4_precise_bf16", "gemv_m4_precise_fp16", "gemv_m4_precise_fp32"} <= registered
         if not info["subset"]:
             table = subprocess.run([sys.executable, str(ROOT / "csrc" / "sm90" / "generate_kernels.py"), "--list"],
                                    capture_output=True, text=True, check=True).stdout.split()
-            assert info["registered_kernels"] == sorted(table)
+            assert sorted(info["kernels"]) == sorted(table)
     else:
         assert info["registered_kernels"] == []

@@ -73,7 +73,12 @@ const KernelEntry* from_rules(const ProblemKey& key, int sm_count) {
   const char* const* order = nullptr;
   const auto tiles = [&](int64_t tm, int64_t tn) { return ceil_div(key.M, tm) * ceil_div(key.N, tn); };
 
-  if (key.out == OutType::kBF16 && key.accum == Accum::kFast) {
+  if (key.M <= 4 && key.N >= 1024) {
+    // Decode: the GEMV streams the weight at close to HBM bandwidth with little fixed cost.
+    static const char* const gemv[] = {"gemv_m4_precise_bf16", "gemv_m4_precise_fp16", "gemv_m4_precise_fp32",
+                                       nullptr};
+    order = gemv;
+  } else if (key.out == OutType::kBF16 && key.accum == Accum::kFast) {
     static const char* const m16[] = {"swap_pp_64x16x128_c1x1_fast_bf16", "swap_pp_64x32x128_c1x1_fast_bf16", nullptr};
     static const char* const m32[] = {"swap_pp_64x32x128_c1x1_fast_bf16", "swap_pp_64x64x128_c1x1_fast_bf16", nullptr};
     static const char* const m64[] = {"swap_pp_64x64x128_c1x1_fast_bf16", "swap_pp_128x128x128_c1x1_fast_bf16",
@@ -107,11 +112,14 @@ const KernelEntry* from_rules(const ProblemKey& key, int sm_count) {
       if (const KernelEntry* k = find_matching(*name, key)) return k;
     }
   }
-  // Anything built that computes this key: prefer swapped kernels for small M, the others otherwise.
+  // Anything built that computes this key: same accumulation mode first, then swapped kernels for small M.
+  const auto score = [&](const KernelEntry& k) {
+    return 2 * (k.traits.accum == key.accum) + (k.traits.swap_ab == (key.M <= 64));
+  };
   const KernelEntry* any = nullptr;
   for (const auto& k : all_kernels()) {
-    if (!kernel_matches(k, key)) continue;
-    if (any == nullptr || (k.traits.swap_ab == (key.M <= 64) && any->traits.swap_ab != (key.M <= 64))) any = &k;
+    if (k.traits.schedule == Schedule::kGemv || !kernel_matches(k, key)) continue;
+    if (any == nullptr || score(k) > score(*any)) any = &k;
   }
   return any;
 }
@@ -119,7 +127,10 @@ const KernelEntry* from_rules(const ProblemKey& key, int sm_count) {
 }  // namespace
 
 bool kernel_matches(const KernelEntry& kernel, const ProblemKey& key) {
-  return kernel.traits.out == key.out && kernel.traits.accum == key.accum && kernel.traits.in_a == key.in_a;
+  const KernelTraits& t = kernel.traits;
+  // A precise kernel may serve a fast-accumulation call: it is at least as accurate as what was asked for.
+  const bool accum_ok = t.accum == key.accum || t.accum == Accum::kPrecise;
+  return t.out == key.out && accum_ok && (t.any_in_a || t.in_a == key.in_a) && (t.max_m == 0 || key.M <= t.max_m);
 }
 
 const KernelEntry* heuristic_kernel(const ProblemKey& key, int sm_count) {

@@ -20,6 +20,7 @@ struct GemmParams {
 
   const void* a = nullptr;  // fp8, a(i, k) at a + i * lda + k
   int64_t lda = 0;
+  bool a_is_e5m2 = false;   // kernels compiled for one input type ignore it; the GEMV reads it
   const void* b = nullptr;  // fp8 e4m3, b(k, j) at b + j * ldb + k
   int64_t ldb = 0;
   void* out = nullptr;  // out(i, j) at out + i * ldo + j, element type = the kernel's OutType

@@ -33,13 +33,15 @@ class Row:
     out: str  # bf16 | fp16 | fp32
     swap_ab: bool = False
     in_a: str = "e4m3"
+    promotion: int = 4  # precise only: MMA k-blocks (32 of K each) between fp32 promotions; 4 = once per 128 of K
 
     @property
     def name(self) -> str:
         tm, tn, tk = self.tile
         cm, cn = self.cluster
-        parts = ["swap" if self.swap_ab else None, self.schedule, f"{tm}x{tn}x{tk}", f"c{cm}x{cn}", self.accum,
-                 self.out, None if self.in_a == "e4m3" else f"a{self.in_a}"]
+        parts = ["swap" if self.swap_ab else None, self.schedule, f"{tm}x{tn}x{tk}", f"c{cm}x{cn}",
+                 None if self.promotion == 4 else f"pi{self.promotion}", self.accum, self.out,
+                 None if self.in_a == "e4m3" else f"a{self.in_a}"]
         return "_".join(p for p in parts if p)
 
     def config(self) -> str:
@@ -49,7 +51,7 @@ class Row:
                 f"::fp8ext::sm90::Schedule::{SCHEDULES[self.schedule]}, "
                 f"::fp8ext::sm90::Accum::k{self.accum.capitalize()}, "
                 f"::fp8ext::sm90::OutType::k{self.out.upper()}, {'true' if self.swap_ab else 'false'}, "
-                f"::fp8ext::sm90::InType::k{self.in_a.upper()}>")
+                f"::fp8ext::sm90::InType::k{self.in_a.upper()}, {self.promotion}>")
 
 
 def _rows() -> list[Row]:
@@ -74,6 +76,16 @@ def _rows() -> list[Row]:
     rows += [Row("pp", (64, n, 128), (1, 1), "precise", "bf16", swap_ab=True) for n in (32, 64)]
     rows.append(Row("pp", (64, 128, 128), (1, 1), "precise", "bf16"))
     rows.append(Row("coop", (128, 128, 128), (1, 2), "precise", "bf16"))
+    # Each promotion drains the warpgroup's wgmma pipeline (GmmaFP8Accumulation waits for all MMAs): a wider tile
+    # (64 x 192 per warpgroup, 192 accumulator registers in all) and promoting every 256 of K both amortise it.
+    rows.append(Row("coop", (128, 192, 128), (1, 2), "precise", "bf16"))
+    rows.append(Row("coop", (128, 192, 128), (1, 2), "precise", "bf16", promotion=8))
+    rows.append(Row("coop", (128, 128, 128), (1, 2), "precise", "bf16", promotion=8))
+
+    # --- e5m2 activations x e4m3 weights (gradients), bf16 output: one large-M kernel per accumulation mode;
+    # M <= 4 goes to the GEMV, which reads either type. ---
+    rows.append(Row("coop", (128, 128, 128), (1, 2), "fast", "bf16", in_a="e5m2"))
+    rows.append(Row("coop", (128, 128, 128), (1, 2), "precise", "bf16", in_a="e5m2"))
 
     # --- fp16 and fp32 output: one decode and one large-M kernel per accumulation mode. ---
     for out in ("fp16", "fp32"):

@@ -11,6 +11,7 @@ enum class Schedule {
   kPingpong,     // two consumer warpgroups, each owns a whole tile; epilogue of one overlaps the MMA of the other
   kCooperative,  // two consumer warpgroups split one tile along M
   kStreamK,      // cooperative, with the stream-K tile scheduler (K split across CTAs for few, deep tiles)
+  kGemv,         // not CUTLASS: the decode GEMV of gemv_rowwise.cu (M <= 4)
 };
 
 enum class Accum {
@@ -26,6 +27,7 @@ inline const char* to_string(Schedule s) {
     case Schedule::kPingpong: return "pingpong";
     case Schedule::kCooperative: return "cooperative";
     case Schedule::kStreamK: return "streamk";
+    case Schedule::kGemv: return "gemv";
   }
   return "?";
 }
@@ -49,10 +51,13 @@ struct KernelTraits {
   OutType out;
   bool swap_ab;  // computes out^T = b^T a^T so that a small M becomes the MMA's N
   InType in_a;   // element type of the activation operand `a`; the weight `b` is always e4m3
+  int promotion_interval;  // precise accumulation: MMA k-blocks (32 of K each) between fp32 promotions
+  bool any_in_a;  // handles e4m3 and e5m2 activations alike (then in_a is not a constraint)
+  int max_m;      // largest M the kernel computes, 0 for any
 };
 
 template <int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Schedule Sched, Accum Acc, OutType Out,
-          bool SwapAB, InType InA = InType::kE4M3>
+          bool SwapAB, InType InA = InType::kE4M3, int PromotionInterval = 4>
 struct KernelConfig {
   static constexpr int kTileM = TileM;
   static constexpr int kTileN = TileN;
@@ -64,9 +69,11 @@ struct KernelConfig {
   static constexpr OutType kOut = Out;
   static constexpr bool kSwapAB = SwapAB;
   static constexpr InType kInA = InA;
+  static constexpr int kPromotionInterval = PromotionInterval;
 
   static constexpr KernelTraits traits() {
-    return KernelTraits{TileM, TileN, TileK, ClusterM, ClusterN, Sched, Acc, Out, SwapAB, InA};
+    return KernelTraits{TileM, TileN, TileK, ClusterM, ClusterN, Sched, Acc, Out, SwapAB, InA, PromotionInterval,
+                        /*any_in_a=*/false, /*max_m=*/0};
   }
 };
 

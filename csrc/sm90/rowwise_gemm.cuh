@@ -124,6 +124,12 @@ struct RowwiseGemm {
          stride_d, static_cast<ElementD*>(p.out), stride_d}};
     args.hw_info.device_id = p.device_id;
     args.hw_info.sm_count = p.sm_count;  // passed in so CUTLASS does not query the device on every call
+    // Visit output tiles in swizzled groups of up to 8 along the minor raster direction, so one wave of CTAs
+    // shares A rows and B columns in L2 instead of streaming all of A (or B) once per wave.
+    args.scheduler.max_swizzle_size = 8;
+    if constexpr (Config::kAccum == Accum::kPrecise) {
+      args.mainloop.mma_promotion_interval = Config::kPromotionInterval;
+    }
     if constexpr (kStreamK) {
       // Deterministic: the partial tiles are reduced in a fixed order, so results are bitwise repeatable.
       args.scheduler.reduction_mode = decltype(args.scheduler.reduction_mode)::Deterministic;

@@ -2,7 +2,7 @@
 #include "sm90/rowwise_gemm.cuh"
 
 namespace {
-using Config = ::fp8ext::sm90::KernelConfig<128, 128, 128, 1, 2, ::fp8ext::sm90::Schedule::kCooperative, ::fp8ext::sm90::Accum::kPrecise, ::fp8ext::sm90::OutType::kFP32, false, ::fp8ext::sm90::InType::kE4M3>;
+using Config = ::fp8ext::sm90::KernelConfig<128, 128, 128, 1, 2, ::fp8ext::sm90::Schedule::kCooperative, ::fp8ext::sm90::Accum::kPrecise, ::fp8ext::sm90::OutType::kFP32, false, ::fp8ext::sm90::InType::kE4M3, 4>;
 }
 
 FP8EXT_SM90_KERNEL("coop_128x128x128_c1x2_precise_fp32", Config)

@@ -2,7 +2,7 @@
 #include "sm90/rowwise_gemm.cuh"
 
 namespace {
-using Config = ::fp8ext::sm90::KernelConfig<128, 128, 128, 1, 1, ::fp8ext::sm90::Schedule::kStreamK, ::fp8ext::sm90::Accum::kFast, ::fp8ext::sm90::OutType::kBF16, false, ::fp8ext::sm90::InType::kE4M3>;
+using Config = ::fp8ext::sm90::KernelConfig<128, 128, 128, 1, 1, ::fp8ext::sm90::Schedule::kStreamK, ::fp8ext::sm90::Accum::kFast, ::fp8ext::sm90::OutType::kBF16, false, ::fp8ext::sm90::InType::kE4M3, 4>;
 }
 
 FP8EXT_SM90_KERNEL("sk_128x128x128_c1x1_fast_bf16", Config)

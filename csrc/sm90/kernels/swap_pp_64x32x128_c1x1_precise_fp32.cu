@@ -2,7 +2,7 @@
 #include "sm90/rowwise_gemm.cuh"
 
 namespace {
-using Config = ::fp8ext::sm90::KernelConfig<64, 32, 128, 1, 1, ::fp8ext::sm90::Schedule::kPingpong, ::fp8ext::sm90::Accum::kPrecise, ::fp8ext::sm90::OutType::kFP32, true, ::fp8ext::sm90::InType::kE4M3>;
+using Config = ::fp8ext::sm90::KernelConfig<64, 32, 128, 1, 1, ::fp8ext::sm90::Schedule::kPingpong, ::fp8ext::sm90::Accum::kPrecise, ::fp8ext::sm90::OutType::kFP32, true, ::fp8ext::sm90::InType::kE4M3, 4>;
 }
 
 FP8EXT_SM90_KERNEL("swap_pp_64x32x128_c1x1_precise_fp32", Config)
