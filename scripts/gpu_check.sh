@@ -31,6 +31,12 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 
+# torch.utils.cpp_extension compiles and links with the C++ compiler Python was configured with. On the H200
+# image that is /opt/gcc/bin/g++, and anything built with it segfaults as soon as a C++ exception crosses it
+# (a one-line load_inline extension with a failing TORCH_CHECK did; with /usr/bin/g++ it raised as it should,
+# 2026-11-29). Build with the system compiler unless CXX says otherwise.
+if [ -z "${CXX:-}" ] && [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++; fi
+
 build() {
   local start=$(date +%s)
   MAX_JOBS=${MAX_JOBS:-$(nproc)} FP8EXT_PTXAS_VERBOSE=1 $PY setup.py build_ext --inplace >>"$OUT_DIR/build.log" 2>&1 \

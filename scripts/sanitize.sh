@@ -14,8 +14,8 @@ for tool in $TOOLS; do
   extra=""
   [ "$tool" = "memcheck" ] && extra="--leak-check no"
   start=$(date +%s)
-  # --kernel-name regex: only fp8ext's CUTLASS kernels are checked (torch's own kernels are not ours to fix).
-  compute-sanitizer --tool "$tool" $extra --kernel-name regex:device_kernel --error-exitcode 3 \
+  timeout "${FP8EXT_SANITIZE_TIMEOUT_S:-1800}" \
+  compute-sanitizer --tool "$tool" $extra --error-exitcode 3 \
     --print-limit 20 python3 scripts/sanitize_workload.py >"$OUT_DIR/sanitize-$tool.log" 2>&1
   rc=$?
   errors=$(grep -oE "ERROR SUMMARY: [0-9]+ error" "$OUT_DIR/sanitize-$tool.log" | tail -1)

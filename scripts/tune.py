@@ -115,7 +115,8 @@ def main() -> int:
     else:
         p.error("give --out (measure) or --from-json")
     if args.write_table:
-        write_table(result, str(Path(source).as_posix()).split(str(ROOT) + "/")[-1])
+        source = Path(source).resolve()
+        write_table(result, str(source.relative_to(ROOT)) if source.is_relative_to(ROOT) else source.name)
     return 0
 
 
