@@ -31,11 +31,14 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 
-# torch.utils.cpp_extension compiles and links with the C++ compiler Python was configured with. On the H200
-# image that is /opt/gcc/bin/g++, and anything built with it segfaults as soon as a C++ exception crosses it
-# (a one-line load_inline extension with a failing TORCH_CHECK did; with /usr/bin/g++ it raised as it should,
-# 2026-11-29). Build with the system compiler unless CXX says otherwise.
-if [ -z "${CXX:-}" ] && [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++; fi
+# The H200 image points the build at /opt/gcc/bin/g++ (CXX in its environment), and an extension built with it
+# segfaults as soon as a C++ exception crosses it: scripts/check_cxx_exceptions.py showed a one-line
+# load_inline extension crash with it and raise properly with /usr/bin/g++ (2026-11-29). So the system
+# compiler is used here, whatever the environment says; FP8EXT_CXX / FP8EXT_CC choose another.
+FP8EXT_CXX=${FP8EXT_CXX:-/usr/bin/g++}
+FP8EXT_CC=${FP8EXT_CC:-/usr/bin/gcc}
+if [ -x "$FP8EXT_CXX" ] && [ -x "$FP8EXT_CC" ]; then export CXX=$FP8EXT_CXX CC=$FP8EXT_CC; fi
+echo "host compilers: CC=${CC:-default} CXX=${CXX:-default}"
 
 build() {
   local start=$(date +%s)
