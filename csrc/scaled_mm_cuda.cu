@@ -42,13 +42,19 @@ at::Tensor tensorwise_via_torch(const at::Tensor& a, const at::Tensor& b, const 
   return out;
 }
 
-sm90::ProblemKey problem_key(const at::Tensor& a, const ScaledMmProblem& problem, bool use_fast_accum) {
+sm90::InType to_in_type(at::ScalarType t) {
+  return t == at::kFloat8_e5m2 ? sm90::InType::kE5M2 : sm90::InType::kE4M3;
+}
+
+sm90::ProblemKey problem_key(const at::Tensor& a, const at::Tensor& b, const ScaledMmProblem& problem,
+                             bool use_fast_accum) {
   return {problem.M,
           problem.N,
           problem.K,
           to_out_type(problem.out_dtype),
           use_fast_accum ? sm90::Accum::kFast : sm90::Accum::kPrecise,
-          a.scalar_type() == at::kFloat8_e5m2 ? sm90::InType::kE5M2 : sm90::InType::kE4M3};
+          to_in_type(a.scalar_type()),
+          to_in_type(b.scalar_type())};
 }
 
 // Forced kernel if one is set (it must compute this key), else the heuristic's choice; nullptr if none built.
@@ -118,7 +124,7 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
   }
   if (cc != 90) return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
 
-  const sm90::ProblemKey key = problem_key(a, problem, use_fast_accum);
+  const sm90::ProblemKey key = problem_key(a, b, problem, use_fast_accum);
   const sm90::KernelEntry* kernel = choose_kernel(key, props->multiProcessorCount);
   if (kernel == nullptr) {
     TORCH_WARN_ONCE("fp8ext.scaled_mm: this build has no sm_90a kernel for ", sm90::describe(key),
@@ -154,7 +160,8 @@ std::string selected_kernel(int64_t M, int64_t N, int64_t K, at::ScalarType out_
                              K,
                              to_out_type(out_dtype),
                              use_fast_accum ? sm90::Accum::kFast : sm90::Accum::kPrecise,
-                             a_dtype == at::kFloat8_e5m2 ? sm90::InType::kE5M2 : sm90::InType::kE4M3};
+                             to_in_type(a_dtype),
+                             sm90::InType::kE4M3};
   const int sm_count = at::cuda::is_available() ? at::cuda::getCurrentDeviceProperties()->multiProcessorCount : 132;
   const sm90::KernelEntry* k = choose_kernel(key, sm_count);
   return k == nullptr ? std::string() : std::string(k->name);

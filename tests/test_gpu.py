@@ -105,6 +105,19 @@ def test_tensorwise_fp32_out_with_bias():
     check_against_reference(out, a, b, sa, sb, bias, use_fast_accum=False, what="tensorwise fp32 bias")
 
 
+@pytest.mark.parametrize("M", [1, 300])
+def test_e5m2_weight_is_not_read_as_e4m3(M):
+    # Found by test_fuzz_gpu (cf9bb6b): e4m3 a x e5m2 b went to kernels that read b as e4m3 and returned wrong
+    # numbers. No kernel reads e5m2 weights, so the call must take the (warned) reference path and be right.
+    N, K = 1040, 2736
+    a = random_fp8(M, K, device=DEV)
+    b = random_fp8(N, K, torch.float8_e5m2, device=DEV).t()
+    sa, sb = random_scales(M, device=DEV, shape=(M, 1)), random_scales(N, device=DEV, shape=(1, N))
+    for fast in (True, False):
+        out = fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=fast)
+        check_against_reference(out, a, b, sa, sb, use_fast_accum=fast, what=f"e5m2 weight M={M}")
+
+
 def test_e5m2_activation():
     for fast in (True, False):
         run_and_check(300, 1040, 2736, torch.bfloat16, fast, with_bias=True, a_dtype=torch.float8_e5m2)

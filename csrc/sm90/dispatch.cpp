@@ -130,7 +130,8 @@ bool kernel_matches(const KernelEntry& kernel, const ProblemKey& key) {
   const KernelTraits& t = kernel.traits;
   // A precise kernel may serve a fast-accumulation call: it is at least as accurate as what was asked for.
   const bool accum_ok = t.accum == key.accum || t.accum == Accum::kPrecise;
-  return t.out == key.out && accum_ok && (t.any_in_a || t.in_a == key.in_a) && (t.max_m == 0 || key.M <= t.max_m);
+  return key.in_b == InType::kE4M3 && t.out == key.out && accum_ok && (t.any_in_a || t.in_a == key.in_a) &&
+         (t.max_m == 0 || key.M <= t.max_m);
 }
 
 const KernelEntry* heuristic_kernel(const ProblemKey& key, int sm_count) {
@@ -145,7 +146,7 @@ const KernelEntry* forced_kernel() { return g_forced.load(std::memory_order_acqu
 std::string describe(const ProblemKey& key) {
   std::ostringstream os;
   os << "M=" << key.M << " N=" << key.N << " K=" << key.K << " out=" << to_string(key.out)
-     << " accum=" << to_string(key.accum) << " a=" << to_string(key.in_a);
+     << " accum=" << to_string(key.accum) << " a=" << to_string(key.in_a) << " b=" << to_string(key.in_b);
   return os.str();
 }
 

@@ -17,6 +17,7 @@ struct ProblemKey {
   OutType out;
   Accum accum;
   InType in_a;
+  InType in_b;  // every kernel of the family reads e4m3 weights; an e5m2 `b` matches none
 };
 
 // True when the kernel computes this problem's dtypes and accumulation mode (any shape is fine).
