@@ -1,7 +1,7 @@
 // The CUDA backend of fp8ext::scaled_mm: validation, device guard and stream, and the routing
 //
 //   M, N or K == 0              -> the empty / zero (+bias) result, no GEMM launched
-//   both scales tensor-wise     -> torch._scaled_mm (cuBLASLt)
+//   both scales tensor-wise     -> torch._scaled_mm (cuBLASLt); a shape it declines falls through to the rows below
 //   compute capability 9.0      -> a CUTLASS sm_90a kernel of the family (csrc/sm90), chosen by dispatch.cpp
 //   otherwise                   -> the float32 reference path on the GPU (correct, not fast)
 //
@@ -118,9 +118,17 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
 
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(a.get_device());
   const int cc = props->major * 10 + props->minor;
-  if (problem.tensorwise()) {
-    if (cc >= 89) return tensorwise_via_torch(a, b, scale_a, scale_b, bias, problem, use_fast_accum);
-    return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
+  if (problem.tensorwise() && cc >= 89) {
+    try {
+      return tensorwise_via_torch(a, b, scale_a, scale_b, bias, problem, use_fast_accum);
+    } catch (const c10::Error& e) {
+      // cuBLASLt declines some shapes that the contract admits (seen on the H200: M = 1, K = 16 gave
+      // CUBLAS_STATUS_NOT_SUPPORTED). fp8ext's own kernels take tensor-wise scales too; use them (or the
+      // reference path) rather than fail a valid call.
+      const std::string what = e.what_without_backtrace();
+      TORCH_WARN_ONCE("fp8ext.scaled_mm: torch._scaled_mm declined a tensor-wise call (",
+                      what.substr(0, what.find('\n')), "); computing it with fp8ext's own kernels instead");
+    }
   }
   if (cc != 90) return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
 

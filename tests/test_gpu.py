@@ -95,6 +95,20 @@ def test_same_call_as_torch_scaled_mm_rowwise(fast):
         check_against_reference(out, a, b, sa, sb, bias, use_fast_accum=fast, what="drop-in")
 
 
+@pytest.mark.parametrize("b_dtype", [E4M3, torch.float8_e5m2])
+def test_tensorwise_shapes_cublas_declines(b_dtype):
+    # Found by test_fuzz_gpu (dc8818e): torch._scaled_mm raised CUBLAS_STATUS_NOT_SUPPORTED for a valid
+    # tensor-wise call with M = 1, K = 16. fp8ext must still return the right result (its own kernels or the
+    # reference path), whichever shapes cuBLAS takes.
+    for M, N, K in [(1, 160, 16), (1, 16, 16), (3, 48, 32)]:
+        a = random_fp8(M, K, device=DEV)
+        b = random_fp8(N, K, b_dtype, device=DEV).t()
+        sa, sb = random_scales(1, device=DEV, shape=(1, 1)), random_scales(1, device=DEV, shape=())
+        for fast in (True, False):
+            out = fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=fast)
+            check_against_reference(out, a, b, sa, sb, use_fast_accum=fast, what=f"tensor-wise {M}x{N}x{K}")
+
+
 def test_tensorwise_fp32_out_with_bias():
     # cuBLAS takes no bias with fp32 output; fp8ext adds it after the call.
     M, N, K = 64, 1040, 1040
