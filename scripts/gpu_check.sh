@@ -8,7 +8,7 @@
 #   FP8EXT_STAGES=build,test,bench FP8EXT_BENCH_SUITE=llama ...
 #
 # Stages, run in this order: build, test, tune, retable (write csrc/sm90/heuristic_table.inc from this run's
-# tune.json and rebuild), bench, sanitize. Wheels that the machine lacks (nvidia-cutlass for the headers)
+# tune.json and rebuild), bench, multigpu (needs 2 GPUs), sanitize. Wheels that the machine lacks (nvidia-cutlass for the headers)
 # may be placed in .whl/; they are installed to a private prefix first. The build is in place and incremental
 # (build/ is reused when the machine is still warm).
 set -euo pipefail
@@ -90,6 +90,17 @@ if [[ $STAGES == *,bench,* ]]; then
   $PY -m fp8ext.bench --suite "$suite" --json "$OUT_DIR/bench-$suite.json" --plot "$OUT_DIR/bench-$suite.png" \
     --quiet ${FP8EXT_BENCH_ARGS:-} >"$OUT_DIR/bench-$suite.log" 2>&1 || { tail -30 "$OUT_DIR/bench-$suite.log"; exit 1; }
   sed -n '/geomean/,$p' "$OUT_DIR/bench-$suite.log"
+fi
+
+if [[ $STAGES == *,multigpu,* ]]; then
+  # Two or more GPUs (kind nvidia-h200-x2): device selection and the tensor-parallel linear. NVLink multicast
+  # stays off (NCCL_NVLS_ENABLE=0).
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  set +e
+  $PY -m pytest -q -p no:cacheprovider -m multigpu tests/test_multigpu.py >"$OUT_DIR/pytest-multigpu.log" 2>&1
+  echo "multigpu pytest exit code $?"
+  set -e
+  tail -3 "$OUT_DIR/pytest-multigpu.log"
 fi
 
 if [[ $STAGES == *,sanitize,* ]]; then
