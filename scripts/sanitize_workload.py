@@ -10,7 +10,7 @@ import sys
 import torch
 
 import fp8ext
-from fp8ext.testing import check_against_reference, random_fp8, random_scales
+from fp8ext.testing import check_against_reference, kernel_dtypes, random_fp8, random_scales
 
 SHAPES = [(M, 144, K) for M in (1, 17, 255, 257) for K in (16, 272)]
 GEMV_SHAPES = [(M, 144, K) for M in (1, 3, 4) for K in (16, 272)]  # the GEMV computes M <= 4
@@ -18,13 +18,9 @@ GEMV_SHAPES = [(M, 144, K) for M in (1, 3, 4) for K in (16, 272)]  # the GEMV co
 
 def main() -> int:
     torch.manual_seed(0)
-    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     launches = 0
     for name in fp8ext.kernel_names():
-        parts = name.split("_")
-        a_dtype = torch.float8_e5m2 if parts[-1] == "ae5m2" else torch.float8_e4m3fn
-        parts = parts[:-1] if parts[-1] == "ae5m2" else parts
-        out_dtype, fast = dtypes[parts[-1]], parts[-2] == "fast"
+        out_dtype, fast, a_dtype = kernel_dtypes(name)
         with fp8ext.force_kernel(name):
             for M, N, K in (GEMV_SHAPES if name.startswith("gemv_") else SHAPES):
                 a = random_fp8(M, K, a_dtype, device="cuda")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import fp8ext
-from fp8ext.testing import check_against_reference, random_fp8, random_scales
+from fp8ext.testing import check_against_reference, kernel_dtypes, random_fp8, random_scales
 
 pytestmark = pytest.mark.gpu
 
@@ -30,16 +30,6 @@ def poison_allocator(nbytes):
     # Fill a block of the output's size with NaN and free it: the caching allocator hands the same block to the
     # op's output next, so an element the kernel fails to write stays NaN and fails the check.
     torch.full(((nbytes + 3) // 4,), float("nan"), device=DEV)
-
-
-def kernel_dtypes(name):
-    """(out dtype, fast accumulation, a dtype) from a kernel name such as swap_pp_64x32x128_c1x1_fast_bf16."""
-    parts = name.split("_")
-    a_dtype = torch.float8_e5m2 if parts[-1] == "ae5m2" else E4M3
-    if parts[-1] == "ae5m2":
-        parts = parts[:-1]
-    out = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[parts[-1]]
-    return out, parts[-2] == "fast", a_dtype
 
 
 def run_and_check(M, N, K, out_dtype, fast, with_bias, **kw):

@@ -47,6 +47,17 @@ def _scale_view(s: torch.Tensor, n: int, rows: bool) -> torch.Tensor:
     return s.reshape(n, 1) if rows else s.reshape(1, n)
 
 
+def kernel_dtypes(name: str):
+    """(out dtype, fast accumulation?, activation dtype) that a kernel computes, from its name, e.g.
+    swap_pp_64x32x128_c1x1_fast_bf16 or coop_128x128x128_c1x2_precise_bf16_ae5m2 (csrc/sm90/generate_kernels.py)."""
+    parts = name.split("_")
+    a_dtype = torch.float8_e5m2 if parts[-1] == "ae5m2" else torch.float8_e4m3fn
+    if parts[-1] == "ae5m2":
+        parts = parts[:-1]
+    out = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[parts[-1]]
+    return out, parts[-2] == "fast", a_dtype
+
+
 def reference(a, b, scale_a, scale_b, bias=None) -> torch.Tensor:
     """float64 scale_a * scale_b * (a @ b) (+ bias), on the inputs' device."""
     acc = a.double() @ b.double()
