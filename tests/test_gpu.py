@@ -256,15 +256,3 @@ def test_deterministic_run_to_run():
         first = fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=fast)
         for _ in range(3):
             assert torch.equal(fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=fast), first)
-
-
-def test_heuristic_picks_a_matching_kernel():
-    for M in (1, 16, 64, 128, 1024, 16384):
-        for fast in (True, False):
-            for out_dtype in OUT_DTYPES:
-                name = fp8ext.selected_kernel(M, 4096, 4096, out_dtype, fast)
-                assert name is not None and name in fp8ext.kernel_names()
-                kernel_out, kernel_fast, _ = kernel_dtypes(name)
-                assert kernel_out == out_dtype
-                assert fast or not kernel_fast  # a precise kernel may serve a fast call, never the reverse
-                assert M <= 4 or not name.startswith("gemv_")

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <vector>
 
 namespace fp8ext::sm90 {
 namespace {
@@ -25,8 +26,30 @@ constexpr TableRow kTable[] = {
     {OutType::kBF16, Accum::kFast, 0, 0, 0, nullptr},  // end marker: keeps the array non-empty
 };
 
-bool row_serves(const TableRow& row, const ProblemKey& key) {
-  return row.kernel != nullptr && row.out == key.out && row.accum == key.accum;
+// A table row with its kernel looked up once (nullptr when this build lacks it) and its shape in log2, so that
+// a call costs arithmetic over the rows rather than a name search per row.
+struct ResolvedRow {
+  const TableRow* row;
+  const KernelEntry* kernel;
+  double log2_n, log2_k;
+};
+
+const std::vector<ResolvedRow>& resolved_table() {
+  // Kernels register while the library loads, before the first call, so the registry is complete here.
+  static const std::vector<ResolvedRow> rows = [] {
+    std::vector<ResolvedRow> out;
+    for (const auto& row : kTable) {
+      if (row.kernel == nullptr) continue;
+      out.push_back({&row, find_kernel(row.kernel), std::log2(static_cast<double>(row.n)),
+                     std::log2(static_cast<double>(row.k))});
+    }
+    return out;
+  }();
+  return rows;
+}
+
+bool row_serves(const ResolvedRow& r, const ProblemKey& key) {
+  return r.kernel != nullptr && r.row->out == key.out && r.row->accum == key.accum && kernel_matches(*r.kernel, key);
 }
 
 int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
@@ -39,25 +62,27 @@ const KernelEntry* find_matching(const char* name, const ProblemKey& key) {
 // The measured table: among rows of the key's dtype/accumulation whose M bucket is the smallest one >= M,
 // the row whose weight shape is nearest in log space.
 const KernelEntry* from_table(const ProblemKey& key) {
+  const auto& table = resolved_table();
   int64_t bucket = std::numeric_limits<int64_t>::max();
-  for (const auto& row : kTable) {
-    if (row_serves(row, key) && row.m_max >= key.M && row.m_max < bucket) bucket = row.m_max;
+  for (const auto& r : table) {
+    if (row_serves(r, key) && r.row->m_max >= key.M && r.row->m_max < bucket) bucket = r.row->m_max;
   }
   if (bucket == std::numeric_limits<int64_t>::max()) {
     // M beyond every bucket: use the largest.
     bucket = 0;
-    for (const auto& row : kTable) {
-      if (row_serves(row, key) && row.m_max > bucket) bucket = row.m_max;
+    for (const auto& r : table) {
+      if (row_serves(r, key) && r.row->m_max > bucket) bucket = r.row->m_max;
     }
   }
+  const double log2_n = std::log2(static_cast<double>(key.N));
+  const double log2_k = std::log2(static_cast<double>(key.K));
   const KernelEntry* best = nullptr;
   double best_dist = std::numeric_limits<double>::infinity();
-  for (const auto& row : kTable) {
-    if (!row_serves(row, key) || row.m_max != bucket) continue;
-    const KernelEntry* k = find_matching(row.kernel, key);
-    if (k == nullptr) continue;  // not built in this (subset) build
-    const double dn = std::log2(static_cast<double>(row.n)) - std::log2(static_cast<double>(key.N));
-    const double dk = std::log2(static_cast<double>(row.k)) - std::log2(static_cast<double>(key.K));
+  for (const auto& r : table) {
+    if (!row_serves(r, key) || r.row->m_max != bucket) continue;
+    const KernelEntry* k = r.kernel;
+    const double dn = r.log2_n - log2_n;
+    const double dk = r.log2_k - log2_k;
     const double dist = dn * dn + dk * dk;
     if (dist < best_dist) {
       best_dist = dist;

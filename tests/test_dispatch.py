@@ -1,0 +1,36 @@
+"""The dispatcher's choices, without a GPU: any CUDA build can say which kernel a call would run
+(fp8ext.selected_kernel), so CI checks the table and rules here."""
+import pytest
+import torch
+
+import fp8ext
+from fp8ext.testing import kernel_dtypes
+
+pytestmark = pytest.mark.skipif(not fp8ext.kernel_names(), reason="a CPU-only build has no kernels to choose")
+OUT_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+
+
+@pytest.mark.parametrize("M", [1, 3, 4, 5, 16, 64, 128, 129, 1024, 16384, 100000])
+@pytest.mark.parametrize("N,K", [(4096, 4096), (2736, 1040), (106496, 16384), (16, 16)])
+def test_choice_computes_the_call(M, N, K):
+    for fast in (True, False):
+        for out_dtype in OUT_DTYPES:
+            name = fp8ext.selected_kernel(M, N, K, out_dtype, fast)
+            assert name is not None and name in fp8ext.kernel_names()
+            kernel_out, kernel_fast, kernel_a = kernel_dtypes(name)
+            assert kernel_out == out_dtype and kernel_a == torch.float8_e4m3fn
+            assert fast or not kernel_fast  # a precise kernel may serve a fast call, never the reverse
+            assert M <= 4 or not name.startswith("gemv_")
+
+
+def test_e5m2_activations_choose_an_e5m2_kernel_or_the_gemv():
+    for M in (1, 300):
+        name = fp8ext.selected_kernel(M, 4096, 4096, torch.bfloat16, True, torch.float8_e5m2)
+        assert name.startswith("gemv_") or name.endswith("_ae5m2")
+    assert fp8ext.selected_kernel(300, 4096, 4096, torch.float16, True, torch.float8_e5m2) is None
+
+
+def test_forcing_an_unknown_kernel_raises():
+    with pytest.raises(RuntimeError, match="no kernel named 'nope'"):
+        with fp8ext.force_kernel("nope"):
+            pass
