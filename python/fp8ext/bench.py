@@ -296,8 +296,7 @@ def main(argv=None) -> int:
     p.add_argument("--suite", default="quick", choices=["quick", "llama", "inductor", "custom"])
     p.add_argument("--shapes", help="custom suite: MxNxK[,MxNxK...]")
     p.add_argument("--accum", default="fast,precise", help="fast, precise or both (default)")
-    p.add_argument("--json", help="write the results here (default: bench/results/<date>-<suite>.json in a "
-                                  "checkout, else nothing)")
+    p.add_argument("--json", help="write the results (rows, summary, commit, GPU, torch, date) to this file")
     p.add_argument("--plot", help="write a PNG plot (TFLOP/s vs M per weight shape) here")
     p.add_argument("--rep-ms", type=int, default=100, help="do_bench repetition time per measurement")
     p.add_argument("--compile-peer", action="store_true", help="also time torch.compile max-autotune _scaled_mm")
