@@ -25,14 +25,11 @@ ScaledMmProblem check_scaled_mm_args(const at::Tensor& a, const at::Tensor& b, c
                                      std::optional<at::ScalarType> out_dtype);
 
 // out = (a @ b) * scale_a * scale_b (+ bias) computed in float32 with ATen ops on whatever device the inputs
-// are on. The CPU backend, and the CUDA backend on GPUs without an sm_90a kernel for the case.
+// are on. The CPU backend, the CUDA backend on GPUs without an sm_90a kernel for the case, and every backend's
+// empty M, N or K (answered without a GEMM).
 at::Tensor scaled_mm_reference(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
                                const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
                                const ScaledMmProblem& problem);
-
-// The result for K == 0 (sum over nothing): zeros, plus bias when given. No GEMM is launched.
-at::Tensor scaled_mm_empty_k(const at::Tensor& a, const std::optional<at::Tensor>& bias,
-                             const ScaledMmProblem& problem);
 
 at::Tensor scaled_mm_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
                          const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,

@@ -5,7 +5,9 @@
 #include "scaled_mm.h"
 
 namespace fp8ext {
+namespace {
 
+// K == 0 is a sum over nothing: zeros, plus bias when given.
 at::Tensor scaled_mm_empty_k(const at::Tensor& a, const std::optional<at::Tensor>& bias,
                              const ScaledMmProblem& problem) {
   auto out = at::empty({problem.M, problem.N}, a.options().dtype(problem.out_dtype));
@@ -16,6 +18,8 @@ at::Tensor scaled_mm_empty_k(const at::Tensor& a, const std::optional<at::Tensor
   }
   return out;
 }
+
+}  // namespace
 
 at::Tensor scaled_mm_reference(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
                                const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,

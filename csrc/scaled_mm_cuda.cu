@@ -46,15 +46,15 @@ sm90::InType to_in_type(at::ScalarType t) {
   return t == at::kFloat8_e5m2 ? sm90::InType::kE5M2 : sm90::InType::kE4M3;
 }
 
-sm90::ProblemKey problem_key(const at::Tensor& a, const at::Tensor& b, const ScaledMmProblem& problem,
-                             bool use_fast_accum) {
-  return {problem.M,
-          problem.N,
-          problem.K,
-          to_out_type(problem.out_dtype),
+sm90::ProblemKey problem_key(int64_t M, int64_t N, int64_t K, at::ScalarType out_dtype, bool use_fast_accum,
+                             at::ScalarType a_dtype, at::ScalarType b_dtype) {
+  return {M,
+          N,
+          K,
+          to_out_type(out_dtype),
           use_fast_accum ? sm90::Accum::kFast : sm90::Accum::kPrecise,
-          to_in_type(a.scalar_type()),
-          to_in_type(b.scalar_type())};
+          to_in_type(a_dtype),
+          to_in_type(b_dtype)};
 }
 
 // Forced kernel if one is set (it must compute this key), else the heuristic's choice; nullptr if none built.
@@ -111,10 +111,10 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
   const ScaledMmProblem problem = check_scaled_mm_args(a, b, scale_a, scale_b, bias, out_dtype);
   const c10::cuda::CUDAGuard guard(a.device());
 
-  if (problem.M == 0 || problem.N == 0) {
-    return at::empty({problem.M, problem.N}, a.options().dtype(problem.out_dtype));
+  // Empty M, N or K: the reference path returns the empty / zero (+bias) result without a GEMM.
+  if (problem.M == 0 || problem.N == 0 || problem.K == 0) {
+    return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
   }
-  if (problem.K == 0) return scaled_mm_empty_k(a, bias, problem);
 
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(a.get_device());
   const int cc = props->major * 10 + props->minor;
@@ -132,7 +132,8 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
   }
   if (cc != 90) return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
 
-  const sm90::ProblemKey key = problem_key(a, b, problem, use_fast_accum);
+  const sm90::ProblemKey key = problem_key(problem.M, problem.N, problem.K, problem.out_dtype, use_fast_accum,
+                                           a.scalar_type(), b.scalar_type());
   const sm90::KernelEntry* kernel = choose_kernel(key, props->multiProcessorCount);
   if (kernel == nullptr) {
     TORCH_WARN_ONCE("fp8ext.scaled_mm: this build has no sm_90a kernel for ", sm90::describe(key),
@@ -163,13 +164,7 @@ void force_kernel(const std::string& name) {
 
 std::string selected_kernel(int64_t M, int64_t N, int64_t K, at::ScalarType out_dtype, bool use_fast_accum,
                             at::ScalarType a_dtype) {
-  const sm90::ProblemKey key{M,
-                             N,
-                             K,
-                             to_out_type(out_dtype),
-                             use_fast_accum ? sm90::Accum::kFast : sm90::Accum::kPrecise,
-                             to_in_type(a_dtype),
-                             sm90::InType::kE4M3};
+  const sm90::ProblemKey key = problem_key(M, N, K, out_dtype, use_fast_accum, a_dtype, at::kFloat8_e4m3fn);
   const int sm_count = at::cuda::is_available() ? at::cuda::getCurrentDeviceProperties()->multiProcessorCount : 132;
   const sm90::KernelEntry* k = choose_kernel(key, sm_count);
   return k == nullptr ? std::string() : std::string(k->name);
