@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import fp8ext
-from fp8ext.testing import check_against_reference, kernel_dtypes, random_fp8, random_scales
+from fp8ext.testing import check_against_reference, kernel_dtypes, random_fp8, random_operands, random_scales
 
 pytestmark = pytest.mark.gpu
 
@@ -18,12 +18,8 @@ NK = [(1040, 2736), (2736, 7168), (7168, 1040)]
 MS = [1, 17, 64, 255, 257, 1000, 4096]
 
 
-def inputs(M, N, K, a_dtype=E4M3, scale_a_shape=None, scale_b_shape=None):
-    a = random_fp8(M, K, a_dtype, device=DEV)
-    b = random_fp8(N, K, device=DEV).t()
-    sa = random_scales(M, device=DEV, shape=scale_a_shape or (M, 1))
-    sb = random_scales(N, device=DEV, shape=scale_b_shape or (1, N))
-    return a, b, sa, sb
+def inputs(M, N, K, a_dtype=E4M3):
+    return random_operands(M, N, K, device=DEV, a_dtype=a_dtype)
 
 
 def poison_allocator(nbytes):

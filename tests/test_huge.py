@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import fp8ext
-from fp8ext.testing import check_against_reference, random_fp8, random_scales
+from fp8ext.testing import check_against_reference, random_operands
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -36,9 +36,7 @@ def test_output_beyond_2_31_elements_closed_form(route):
 
 def check_sampled_rows(M, N, K, what):
     """Random inputs; 48 random rows and the last 16 rows checked against float64, fast and precise."""
-    a = random_fp8(M, K, device=DEV)
-    b = random_fp8(N, K, device=DEV).t()
-    sa, sb = random_scales(M, device=DEV, shape=(M, 1)), random_scales(N, device=DEV, shape=(1, N))
+    a, b, sa, sb = random_operands(M, N, K, device=DEV)
     for fast in (True, False):
         out = fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=fast)
         idx = torch.cat([torch.randint(0, M, (48,), device=DEV), torch.arange(M - 16, M, device=DEV)])

@@ -9,16 +9,14 @@ import pytest
 import torch
 
 import fp8ext
-from fp8ext.testing import check_against_reference, random_fp8, random_scales
+from fp8ext.testing import check_against_reference, random_operands
 
 pytestmark = pytest.mark.multigpu
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def operands(device, M=257, N=2736, K=1040):
-    a = random_fp8(M, K, device=device)
-    b = random_fp8(N, K, device=device).t()
-    return a, b, random_scales(M, device=device, shape=(M, 1)), random_scales(N, device=device, shape=(1, N))
+    return random_operands(M, N, K, device=device)
 
 
 @pytest.mark.parametrize("M", [1, 257])

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import fp8ext
-from fp8ext.testing import check_against_reference, random_fp8, random_scales
+from fp8ext.testing import check_against_reference, random_operands
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -14,8 +14,7 @@ E4M3 = torch.float8_e4m3fn
 
 
 def inputs(M, N, K):
-    return (random_fp8(M, K, device=DEV), random_fp8(N, K, device=DEV).t(),
-            random_scales(M, device=DEV, shape=(M, 1)), random_scales(N, device=DEV, shape=(1, N)))
+    return random_operands(M, N, K, device=DEV)
 
 
 def test_threads_on_their_own_streams():

@@ -26,7 +26,7 @@ from typing import Callable, Iterable, Optional
 import torch
 
 from . import ops
-from .testing import check_against_reference, random_fp8, random_scales
+from .testing import check_against_reference, random_operands, random_scales
 
 LLAMA_NK = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (10240, 8192), (8192, 8192),
             (57344, 8192), (8192, 28672), (18432, 16384), (16384, 16384), (106496, 16384), (16384, 53248)]
@@ -107,12 +107,9 @@ class Timer:
 
 def make_operands(M: int, N: int, K: int, device="cuda"):
     """Fresh random fp8 operands and positive scales: row-wise (M,1)/(1,N) and tensor-wise ()/()."""
-    a = random_fp8(M, K, device=device)
-    w = random_fp8(N, K, device=device)
-    sa = random_scales(M, device=device, shape=(M, 1))
-    sb = random_scales(N, device=device, shape=(1, N))
+    a, b, sa, sb = random_operands(M, N, K, device=device)
     st_a, st_b = random_scales(1, device=device, shape=()), random_scales(1, device=device, shape=())
-    return a, w.t(), sa, sb, st_a, st_b
+    return a, b, sa, sb, st_a, st_b
 
 
 def tflops(M, N, K, us):

@@ -33,6 +33,17 @@ def random_scales(n: int, device="cpu", generator=None, shape=None) -> torch.Ten
     return s.reshape(shape) if shape is not None else s
 
 
+def random_operands(M: int, N: int, K: int, device="cpu", a_dtype=torch.float8_e4m3fn,
+                    b_dtype=torch.float8_e4m3fn, generator=None):
+    """A fresh row-wise problem (a [M, K], b = w.t() [K, N], scale_a (M, 1), scale_b (1, N)), as
+    fp8ext.scaled_mm takes it."""
+    a = random_fp8(M, K, a_dtype, device=device, generator=generator)
+    b = random_fp8(N, K, b_dtype, device=device, generator=generator).t()
+    sa = random_scales(M, device=device, generator=generator, shape=(M, 1))
+    sb = random_scales(N, device=device, generator=generator, shape=(1, N))
+    return a, b, sa, sb
+
+
 def quantize_rowwise(x: torch.Tensor, dtype=torch.float8_e4m3fn):
     """x [R, C] float -> (fp8 [R, C], float32 scales [R, 1]) with x ~= q * scale, the usual row-wise recipe."""
     amax = x.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12)
