@@ -2,10 +2,13 @@
 //
 //   M, N or K == 0              -> the empty / zero (+bias) result, no GEMM launched
 //   both scales tensor-wise     -> torch._scaled_mm (cuBLASLt); a shape it declines falls through to the rows below
-//   compute capability 9.0      -> a CUTLASS sm_90a kernel of the family (csrc/sm90), chosen by dispatch.cpp
+//   compute capability 9.0      -> a CUTLASS sm_90a kernel of the family (csrc/sm90): forced by name, else the
+//                                  autotuner's choice (opt-in, sm90/autotune.h), else dispatch.cpp's heuristic
 //   otherwise                   -> the float32 reference path on the GPU (correct, not fast)
 //
 // This file and bindings.cpp are the only ones that use libtorch; csrc/sm90 is plain CUDA/CUTLASS.
+#include <algorithm>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -16,6 +19,7 @@
 #include <torch/library.h>
 
 #include "scaled_mm.h"
+#include "sm90/autotune.h"
 #include "sm90/dispatch.h"
 #include "sm90/gemm_params.h"
 #include "sm90/kernel_registry.h"
@@ -57,21 +61,17 @@ sm90::ProblemKey problem_key(int64_t M, int64_t N, int64_t K, at::ScalarType out
           to_in_type(b_dtype)};
 }
 
-// Forced kernel if one is set (it must compute this key), else the heuristic's choice; nullptr if none built.
-const sm90::KernelEntry* choose_kernel(const sm90::ProblemKey& key, int sm_count) {
-  if (const sm90::KernelEntry* forced = sm90::forced_kernel()) {
-    TORCH_CHECK(sm90::kernel_matches(*forced, key), "fp8ext.scaled_mm: the forced kernel '", forced->name,
-                "' does not compute this call (", sm90::describe(key),
-                "); clear it with fp8ext.force_kernel(None) or force a matching one");
-    return forced;
-  }
-  return sm90::heuristic_kernel(key, sm_count);
+bool stream_is_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
 }
 
-at::Tensor run_sm90(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
-                    const std::optional<at::Tensor>& bias, const ScaledMmProblem& problem,
-                    const sm90::KernelEntry& kernel, int sm_count) {
-  at::Tensor out = at::empty({problem.M, problem.N}, a.options().dtype(problem.out_dtype));
+// The kernel parameters of one call; `out` is the [M, N] result, already allocated.
+sm90::GemmParams gemm_params(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                             const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
+                             const ScaledMmProblem& problem, const at::Tensor& out, int sm_count,
+                             cudaStream_t stream) {
   sm90::GemmParams p;
   p.M = problem.M;
   p.N = problem.N;
@@ -90,17 +90,96 @@ at::Tensor run_sm90(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
   p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
   p.device_id = a.get_device();
   p.sm_count = sm_count;
-  p.stream = at::cuda::getCurrentCUDAStream(a.get_device()).stream();
+  p.stream = stream;
+  return p;
+}
 
-  // Only the stream-K kernels need a workspace; it comes from the caching allocator, never cudaMalloc.
+// Launches one kernel. Only the stream-K kernels need a workspace; it comes from the caching allocator, never
+// cudaMalloc, and dispatch keeps those kernels out of CUDA-graph capture unless one is forced by name.
+sm90::LaunchResult launch(const sm90::KernelEntry& kernel, sm90::GemmParams p, const at::TensorOptions& options) {
   at::Tensor workspace;
   p.workspace_bytes = kernel.workspace_size(p);
   if (p.workspace_bytes > 0) {
-    workspace = at::empty({static_cast<int64_t>(p.workspace_bytes)}, a.options().dtype(at::kByte));
+    workspace = at::empty({static_cast<int64_t>(p.workspace_bytes)}, options.dtype(at::kByte));
     p.workspace = workspace.data_ptr();
   }
-  const sm90::LaunchResult r = kernel.launch(p);
-  TORCH_CHECK(r.ok, "fp8ext.scaled_mm: CUTLASS kernel '", kernel.name, "' failed at ", r.stage, ": ", r.detail,
+  return kernel.launch(p);
+}
+
+// The autotuner's stopwatch: the median of a few launches on the call's own stream and operands, after one
+// warm-up launch (which also tells whether the kernel can run this problem at all). Writes into the call's
+// output, which the chosen kernel then overwrites.
+double time_candidate_us(const sm90::KernelEntry& kernel, const sm90::GemmParams& p, const at::TensorOptions& options) {
+  if (!launch(kernel, p, options).ok) return -1.0;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  C10_CUDA_CHECK(cudaEventCreate(&start));
+  C10_CUDA_CHECK(cudaEventCreate(&stop));
+  constexpr int kReps = 5;
+  std::array<float, kReps> ms{};
+  bool ok = true;
+  for (float& t : ms) {
+    C10_CUDA_CHECK(cudaEventRecord(start, p.stream));
+    ok = launch(kernel, p, options).ok;
+    C10_CUDA_CHECK(cudaEventRecord(stop, p.stream));
+    C10_CUDA_CHECK(cudaEventSynchronize(stop));
+    C10_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    if (!ok) break;
+  }
+  C10_CUDA_CHECK(cudaEventDestroy(start));
+  C10_CUDA_CHECK(cudaEventDestroy(stop));
+  if (!ok) return -1.0;
+  std::sort(ms.begin(), ms.end());
+  return 1000.0 * ms[kReps / 2];
+}
+
+// A kernel forced by name wins (it must compute this key); then, when autotuning is on, the bucket's
+// remembered choice (a stream-K one only outside graph capture); then the heuristic. nullptr if none fits.
+const sm90::KernelEntry* chosen_kernel(const sm90::ProblemKey& key, const cudaDeviceProp& props, bool capturing) {
+  if (const sm90::KernelEntry* forced = sm90::forced_kernel()) {
+    TORCH_CHECK(sm90::kernel_matches(*forced, key), "fp8ext.scaled_mm: the forced kernel '", forced->name,
+                "' does not compute this call (", sm90::describe(key),
+                "); clear it with fp8ext.force_kernel(None) or force a matching one");
+    return forced;
+  }
+  if (sm90::autotune_enabled()) {
+    const sm90::KernelEntry* tuned =
+        sm90::autotune_lookup(sm90::autotune_bucket(key, props.name, props.multiProcessorCount), key);
+    if (tuned != nullptr && !(capturing && sm90::needs_workspace(*tuned))) return tuned;
+  }
+  return sm90::heuristic_kernel(key, props.multiProcessorCount, /*allow_workspace=*/!capturing);
+}
+
+at::Tensor run_sm90(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
+                    const std::optional<at::Tensor>& bias, const ScaledMmProblem& problem,
+                    const sm90::ProblemKey& key, const cudaDeviceProp& props) {
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(a.get_device()).stream();
+  const bool capturing = stream_is_capturing(stream);
+  const sm90::KernelEntry* kernel = chosen_kernel(key, props, capturing);
+  if (kernel == nullptr) {
+    TORCH_WARN_ONCE("fp8ext.scaled_mm: this build has no sm_90a kernel for ", sm90::describe(key),
+                    "; using the float32 reference path (correct, much slower)");
+    return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
+  }
+
+  at::Tensor out = at::empty({problem.M, problem.N}, a.options().dtype(problem.out_dtype));
+  const sm90::GemmParams p = gemm_params(a, b, scale_a, scale_b, bias, problem, out, props.multiProcessorCount, stream);
+
+  // Autotuning: the first call of a bucket not yet tuned times every candidate (never while a graph is being
+  // captured: timing needs synchronisation, and the capture would record every candidate).
+  if (!capturing && sm90::forced_kernel() == nullptr && sm90::autotune_enabled()) {
+    const std::string bucket = sm90::autotune_bucket(key, props.name, props.multiProcessorCount);
+    if (sm90::autotune_lookup(bucket, key) == nullptr) {
+      std::string file_error;
+      const sm90::KernelEntry* tuned = sm90::autotune_tune(
+          bucket, key, [&](const sm90::KernelEntry& k) { return time_candidate_us(k, p, a.options()); },
+          &file_error);
+      if (!file_error.empty()) TORCH_WARN("fp8ext.autotune: could not save the cache file: ", file_error);
+      if (tuned != nullptr) kernel = tuned;
+    }
+  }
+
+  const sm90::LaunchResult r = launch(*kernel, p, a.options());
+  TORCH_CHECK(r.ok, "fp8ext.scaled_mm: CUTLASS kernel '", kernel->name, "' failed at ", r.stage, ": ", r.detail,
               " (M=", problem.M, ", N=", problem.N, ", K=", problem.K, ", lda=", p.lda, ", ldb=", p.ldb, ")");
   return out;
 }
@@ -134,13 +213,7 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
 
   const sm90::ProblemKey key = problem_key(problem.M, problem.N, problem.K, problem.out_dtype, use_fast_accum,
                                            a.scalar_type(), b.scalar_type());
-  const sm90::KernelEntry* kernel = choose_kernel(key, props->multiProcessorCount);
-  if (kernel == nullptr) {
-    TORCH_WARN_ONCE("fp8ext.scaled_mm: this build has no sm_90a kernel for ", sm90::describe(key),
-                    "; using the float32 reference path (correct, much slower)");
-    return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
-  }
-  return run_sm90(a, b, scale_a, scale_b, bias, problem, *kernel, props->multiProcessorCount);
+  return run_sm90(a, b, scale_a, scale_b, bias, problem, key, *props);
 }
 
 // ---- Introspection and control, used by python/fp8ext (kernel_names, force_kernel, selected_kernel). ----
@@ -165,9 +238,32 @@ void force_kernel(const std::string& name) {
 std::string selected_kernel(int64_t M, int64_t N, int64_t K, at::ScalarType out_dtype, bool use_fast_accum,
                             at::ScalarType a_dtype) {
   const sm90::ProblemKey key = problem_key(M, N, K, out_dtype, use_fast_accum, a_dtype, at::kFloat8_e4m3fn);
-  const int sm_count = at::cuda::is_available() ? at::cuda::getCurrentDeviceProperties()->multiProcessorCount : 132;
-  const sm90::KernelEntry* k = choose_kernel(key, sm_count);
+  if (!at::cuda::is_available()) {  // a CUDA build on a machine without a GPU: what an H200 would run
+    const sm90::KernelEntry* k = sm90::forced_kernel();
+    if (k == nullptr) k = sm90::heuristic_kernel(key, 132);
+    return k == nullptr ? std::string() : std::string(k->name);
+  }
+  const sm90::KernelEntry* k = chosen_kernel(key, *at::cuda::getCurrentDeviceProperties(), /*capturing=*/false);
   return k == nullptr ? std::string() : std::string(k->name);
+}
+
+void autotune_configure(bool enabled, const std::string& cache_file, const std::vector<std::string>& buckets,
+                        const std::vector<std::string>& kernels) {
+  TORCH_CHECK(buckets.size() == kernels.size(), "fp8ext.autotune: ", buckets.size(), " buckets but ",
+              kernels.size(), " kernel names");
+  std::vector<std::pair<std::string, std::string>> entries;
+  for (size_t i = 0; i < buckets.size(); ++i) entries.emplace_back(buckets[i], kernels[i]);
+  sm90::autotune_configure(enabled, cache_file, entries);
+}
+
+// (bucket, kernel) pairs flattened: [bucket0, kernel0, bucket1, kernel1, ...].
+std::vector<std::string> autotune_entries() {
+  std::vector<std::string> flat;
+  for (const auto& [bucket, kernel] : sm90::autotune_entries()) {
+    flat.push_back(bucket);
+    flat.push_back(kernel);
+  }
+  return flat;
 }
 
 }  // namespace
@@ -181,6 +277,9 @@ TORCH_LIBRARY_FRAGMENT(fp8ext, m) {
       "_selected_kernel(int M, int N, int K, ScalarType out_dtype, bool use_fast_accum, "
       "ScalarType a_dtype) -> str",
       &selected_kernel);
+  m.def("_autotune_configure(bool enabled, str cache_file, str[] buckets, str[] kernels) -> ()",
+        &autotune_configure);
+  m.def("_autotune_entries() -> str[]", &autotune_entries);
 }
 
 }  // namespace fp8ext

@@ -8,7 +8,7 @@
 #   FP8EXT_STAGES=build,test,bench FP8EXT_BENCH_SUITE=llama ...
 #
 # Stages, run in this order: build, test, tune, retable (write csrc/sm90/heuristic_table.inc from this run's
-# tune.json and rebuild), bench, multigpu (needs 2 GPUs), sanitize. Wheels that the machine lacks (nvidia-cutlass for the headers)
+# tune.json and rebuild), bench, multigpu (needs 2 GPUs), invariance (scripts/batch_invariance.py), sanitize. Wheels that the machine lacks (nvidia-cutlass for the headers)
 # may be placed in .whl/; they are installed to a private prefix first. The build is in place and incremental
 # (build/ is reused when the machine is still warm).
 set -euo pipefail
@@ -101,6 +101,12 @@ if [[ $STAGES == *,multigpu,* ]]; then
   echo "multigpu pytest exit code $?"
   set -e
   tail -3 "$OUT_DIR/pytest-multigpu.log"
+fi
+
+if [[ $STAGES == *,invariance,* ]]; then
+  $PY scripts/batch_invariance.py --json "$OUT_DIR/batch_invariance.json" >"$OUT_DIR/batch_invariance.log" 2>&1 \
+    || { tail -30 "$OUT_DIR/batch_invariance.log"; exit 1; }
+  awk '$0 !~ /identical 100.00%/' "$OUT_DIR/batch_invariance.log" | head -40
 fi
 
 if [[ $STAGES == *,sanitize,* ]]; then

@@ -28,7 +28,10 @@ def main() -> int:
     torch.cuda.set_device(rank % torch.cuda.device_count())
     dev = torch.device("cuda", torch.cuda.current_device())
     failures = 0
-    for M, N, K in [(1, 4096, 4096), (37, 2736, 7168), (1024, 8192, 2048)]:
+    # Shards must keep N / world and K / world multiples of 16 (the op's contract): 2720 / 2 = 1360 = 85 * 16.
+    for M, N, K in [(1, 4096, 4096), (37, 2720, 7168), (1024, 8192, 2048)]:
+        if N % (16 * world) or K % (16 * world):
+            raise SystemExit(f"tp_check: {N}x{K} does not split into {world} shards that are multiples of 16")
         g = torch.Generator(device=dev).manual_seed(1234 + M)
         x = random_fp8(M, K, device=dev, generator=g)
         w = random_fp8(N, K, device=dev, generator=g)

@@ -54,14 +54,19 @@ bool row_serves(const ResolvedRow& r, const ProblemKey& key) {
 
 int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
 
-const KernelEntry* find_matching(const char* name, const ProblemKey& key) {
+// Stream-K kernels need a workspace for their partial tiles; inside CUDA-graph capture they are passed over.
+bool usable(const KernelEntry& k, bool allow_workspace) {
+  return allow_workspace || k.traits.schedule != Schedule::kStreamK;
+}
+
+const KernelEntry* find_matching(const char* name, const ProblemKey& key, bool allow_workspace) {
   const KernelEntry* k = find_kernel(name);
-  return (k != nullptr && kernel_matches(*k, key)) ? k : nullptr;
+  return (k != nullptr && kernel_matches(*k, key) && usable(*k, allow_workspace)) ? k : nullptr;
 }
 
 // The measured table: among rows of the key's dtype/accumulation whose M bucket is the smallest one >= M,
 // the row whose weight shape is nearest in log space.
-const KernelEntry* from_table(const ProblemKey& key) {
+const KernelEntry* from_table(const ProblemKey& key, bool allow_workspace) {
   const auto& table = resolved_table();
   int64_t bucket = std::numeric_limits<int64_t>::max();
   for (const auto& r : table) {
@@ -89,11 +94,11 @@ const KernelEntry* from_table(const ProblemKey& key) {
       best = k;
     }
   }
-  return best;
+  return (best != nullptr && usable(*best, allow_workspace)) ? best : nullptr;
 }
 
 // Shape rules for keys the table does not cover. Names are tried in order; the first one built wins.
-const KernelEntry* from_rules(const ProblemKey& key, int sm_count) {
+const KernelEntry* from_rules(const ProblemKey& key, int sm_count, bool allow_workspace) {
   const int64_t sms = sm_count > 0 ? sm_count : 132;
   const char* const* order = nullptr;
   const auto tiles = [&](int64_t tm, int64_t tn) { return ceil_div(key.M, tm) * ceil_div(key.N, tn); };
@@ -134,7 +139,7 @@ const KernelEntry* from_rules(const ProblemKey& key, int sm_count) {
   }
   if (order != nullptr) {
     for (const char* const* name = order; *name != nullptr; ++name) {
-      if (const KernelEntry* k = find_matching(*name, key)) return k;
+      if (const KernelEntry* k = find_matching(*name, key, allow_workspace)) return k;
     }
   }
   // Anything built that computes this key: same accumulation mode first, then swapped kernels for small M.
@@ -143,7 +148,7 @@ const KernelEntry* from_rules(const ProblemKey& key, int sm_count) {
   };
   const KernelEntry* any = nullptr;
   for (const auto& k : all_kernels()) {
-    if (k.traits.schedule == Schedule::kGemv || !kernel_matches(k, key)) continue;
+    if (k.traits.schedule == Schedule::kGemv || !kernel_matches(k, key) || !usable(k, allow_workspace)) continue;
     if (any == nullptr || score(k) > score(*any)) any = &k;
   }
   return any;
@@ -159,10 +164,12 @@ bool kernel_matches(const KernelEntry& kernel, const ProblemKey& key) {
          (t.max_m == 0 || key.M <= t.max_m);
 }
 
-const KernelEntry* heuristic_kernel(const ProblemKey& key, int sm_count) {
-  if (const KernelEntry* k = from_table(key)) return k;
-  return from_rules(key, sm_count);
+const KernelEntry* heuristic_kernel(const ProblemKey& key, int sm_count, bool allow_workspace) {
+  if (const KernelEntry* k = from_table(key, allow_workspace)) return k;
+  return from_rules(key, sm_count, allow_workspace);
 }
+
+bool needs_workspace(const KernelEntry& kernel) { return !usable(kernel, /*allow_workspace=*/false); }
 
 void set_forced_kernel(const KernelEntry* kernel) { g_forced.store(kernel, std::memory_order_release); }
 

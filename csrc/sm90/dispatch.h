@@ -1,7 +1,8 @@
 // Which kernel of the family runs a given problem. Plain C++: no CUTLASS, no libtorch.
 //
-// Order of precedence: a kernel forced by name (tests, debugging) > the measured table (heuristic_table.inc,
-// produced by scripts/tune.py on the H200) > shape rules that only need the tile counts.
+// Order of precedence: a kernel forced by name (tests, debugging) > the opt-in autotuner's cached choice
+// (autotune.h) > the measured table (heuristic_table.inc, produced by scripts/tune.py on the H200) > shape rules
+// that only need the tile counts.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +24,13 @@ struct ProblemKey {
 // True when the kernel computes this problem's dtypes and accumulation mode (any shape is fine).
 bool kernel_matches(const KernelEntry& kernel, const ProblemKey& key);
 
-// The heuristic's choice among the built kernels, or nullptr if no built kernel matches the key.
-const KernelEntry* heuristic_kernel(const ProblemKey& key, int sm_count);
+// The heuristic's choice among the built kernels, or nullptr if no built kernel matches the key. With
+// allow_workspace false (CUDA-graph capture) kernels that need a global-memory workspace (stream-K) are passed
+// over, so that a captured call allocates nothing but its output.
+const KernelEntry* heuristic_kernel(const ProblemKey& key, int sm_count, bool allow_workspace = true);
+
+// True for the kernels that need a workspace (the stream-K ones).
+bool needs_workspace(const KernelEntry& kernel);
 
 // Process-wide override used by tests and for debugging; nullptr clears it.
 void set_forced_kernel(const KernelEntry* kernel);

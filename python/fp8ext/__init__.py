@@ -10,10 +10,14 @@ from __future__ import annotations
 import json
 from importlib import resources
 
+from .autotune import _configure_from_environment, autotune, autotune_entries
 from .ops import force_kernel, kernel_names, scaled_mm, selected_kernel
 
 __version__ = "0.1.0"
-__all__ = ["scaled_mm", "kernel_names", "selected_kernel", "force_kernel", "build_info", "__version__"]
+__all__ = ["scaled_mm", "kernel_names", "selected_kernel", "force_kernel", "autotune", "autotune_entries",
+           "build_info", "__version__"]
+
+_configure_from_environment()
 
 
 def build_info() -> dict:

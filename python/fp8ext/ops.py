@@ -78,7 +78,8 @@ def kernel_names() -> list[str]:
 
 def selected_kernel(M: int, N: int, K: int, out_dtype: torch.dtype = torch.bfloat16, use_fast_accum: bool = True,
                     a_dtype: torch.dtype = torch.float8_e4m3fn) -> Optional[str]:
-    """The kernel a row-wise call of this shape would run on an sm_90 GPU (None if no built kernel fits)."""
+    """The kernel a row-wise call of this shape would run on an sm_90 GPU: a forced one, else the autotuner's
+    remembered choice (when autotuning is on), else the heuristic's. None if no built kernel fits."""
     if not _has_cuda_kernels():
         return None
     return torch.ops.fp8ext._selected_kernel(M, N, K, out_dtype, use_fast_accum, a_dtype) or None

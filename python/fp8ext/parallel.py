@@ -8,6 +8,9 @@ as nn.Linear stores it.
 * row-parallel: each rank holds columns ``K_r`` of the weight and the matching slice of the input; partial
   products are computed in fp32, summed with an all-reduce, and the bias is added once, after the sum.
 
+Each shard is a call of fp8ext.scaled_mm, so N_r (column-parallel) and K_r (row-parallel) must be multiples of
+16 like any N and K; a shard that is not raises the op's usual error naming the argument.
+
 Row-wise scales split cleanly: an activation's scale is per token (the same for every K slice) and a weight's
 scale is per output row (it travels with the row), so each shard's partial result is exactly its share of the
 single-GPU sum.

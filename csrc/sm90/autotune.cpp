@@ -1,0 +1,149 @@
+#include "sm90/autotune.h"
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <sstream>
+
+#include <unistd.h>
+
+namespace fp8ext::sm90 {
+namespace {
+
+struct State {
+  std::shared_mutex mu;  // guards everything below
+  bool enabled = false;
+  std::string cache_file;
+  std::map<std::string, std::string> choices;  // bucket -> kernel name (ordered: the file is written sorted)
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+// One tuning at a time in the process: timings taken while another tuning runs on the same GPU are noise.
+std::mutex& tuning_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+int64_t next_power_of_two(int64_t m) {
+  int64_t p = 1;
+  while (p < m) p <<= 1;
+  return p;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+// Written to a temporary file and renamed over the old one, so a reader never sees half a file. Called with
+// the state lock held (shared is enough: the map cannot change meanwhile).
+std::string write_cache(const std::string& path, const std::map<std::string, std::string>& choices) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    if (!f) return "cannot open " + tmp + " for writing";
+    f << "{\n  \"format\": \"fp8ext-autotune-1\",\n  \"entries\": {";
+    bool first = true;
+    for (const auto& [bucket, kernel] : choices) {
+      f << (first ? "\n    " : ",\n    ") << json_string(bucket) << ": " << json_string(kernel);
+      first = false;
+    }
+    f << (first ? "}\n}\n" : "\n  }\n}\n");
+    if (!f.flush()) return "cannot write " + tmp;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return "cannot rename " + tmp + " to " + path;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string autotune_bucket(const ProblemKey& key, const std::string& device_name, int sm_count) {
+  std::ostringstream os;
+  os << device_name << "/" << sm_count << "sm|m<=" << next_power_of_two(key.M) << "|n=" << key.N << "|k=" << key.K
+     << "|" << to_string(key.out) << "|" << to_string(key.accum) << "|a=" << to_string(key.in_a)
+     << "|b=" << to_string(key.in_b);
+  return os.str();
+}
+
+void autotune_configure(bool enabled, const std::string& cache_file,
+                        const std::vector<std::pair<std::string, std::string>>& entries) {
+  State& s = state();
+  const std::unique_lock lock(s.mu);
+  s.enabled = enabled;
+  s.cache_file = cache_file;
+  for (const auto& [bucket, kernel] : entries) s.choices[bucket] = kernel;
+}
+
+bool autotune_enabled() {
+  State& s = state();
+  const std::shared_lock lock(s.mu);
+  return s.enabled;
+}
+
+const KernelEntry* autotune_lookup(const std::string& bucket, const ProblemKey& key) {
+  State& s = state();
+  const std::shared_lock lock(s.mu);
+  const auto it = s.choices.find(bucket);
+  if (it == s.choices.end()) return nullptr;
+  // A cache written by another build may name a kernel this one lacks: then the bucket is tuned again.
+  const KernelEntry* k = find_kernel(it->second);
+  return (k != nullptr && kernel_matches(*k, key)) ? k : nullptr;
+}
+
+const KernelEntry* autotune_tune(const std::string& bucket, const ProblemKey& key, const CandidateTimer& time_us,
+                                 std::string* file_error) {
+  const std::lock_guard tuning(tuning_mutex());
+  // Another thread may have tuned this bucket while this one waited.
+  if (const KernelEntry* done = autotune_lookup(bucket, key)) return done;
+
+  const KernelEntry* best = nullptr;
+  double best_us = 0.0;
+  for (const auto& k : all_kernels()) {
+    if (!kernel_matches(k, key)) continue;
+    const double us = time_us(k);
+    if (us >= 0.0 && (best == nullptr || us < best_us)) {
+      best = &k;
+      best_us = us;
+    }
+  }
+  if (best == nullptr) return nullptr;
+
+  State& s = state();
+  {
+    const std::unique_lock lock(s.mu);
+    s.choices[bucket] = best->name;
+  }
+  const std::shared_lock lock(s.mu);
+  if (!s.cache_file.empty()) {
+    const std::string err = write_cache(s.cache_file, s.choices);
+    if (!err.empty() && file_error != nullptr) *file_error = err;
+  }
+  return best;
+}
+
+std::vector<std::pair<std::string, std::string>> autotune_entries() {
+  State& s = state();
+  const std::shared_lock lock(s.mu);
+  return {s.choices.begin(), s.choices.end()};
+}
+
+}  // namespace fp8ext::sm90

@@ -1,0 +1,42 @@
+// The opt-in autotuner's memory and policy: one kernel choice per shape bucket, kept in a process-wide map and,
+// when a cache file is set, in a JSON file that later processes load (python/fp8ext/autotune.py reads it).
+//
+// A bucket is (GPU, M rounded up to a power of two, N, K, out dtype, accumulation, input dtypes). The first call
+// of a bucket times every built kernel that computes it, on the call's own operands, and keeps the fastest.
+// Timing is the caller's job (scaled_mm_cuda.cu owns streams and events); this file is plain C++, no CUDA, no
+// libtorch. Thread-safe: lookups share a lock, and tuning is serialised so that concurrent tunings neither
+// disturb each other's timings nor tune one bucket twice.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sm90/dispatch.h"
+#include "sm90/kernel_registry.h"
+
+namespace fp8ext::sm90 {
+
+std::string autotune_bucket(const ProblemKey& key, const std::string& device_name, int sm_count);
+
+// Turns tuning on or off, sets the cache file ("" for memory only) and merges `entries` (bucket, kernel name)
+// into the in-memory choices. Choices already made stay when the autotuner is turned off and on again.
+void autotune_configure(bool enabled, const std::string& cache_file,
+                        const std::vector<std::pair<std::string, std::string>>& entries);
+bool autotune_enabled();
+
+// The remembered choice of this bucket if it is built and computes the key, else nullptr.
+const KernelEntry* autotune_lookup(const std::string& bucket, const ProblemKey& key);
+
+// Times each candidate with time_us (microseconds; negative when the candidate cannot run this problem),
+// remembers the fastest, and writes the cache file if one is set. Returns nullptr when no candidate ran. A
+// failure to write the file leaves a message in *file_error (the choice is still kept in memory).
+using CandidateTimer = std::function<double(const KernelEntry&)>;
+const KernelEntry* autotune_tune(const std::string& bucket, const ProblemKey& key, const CandidateTimer& time_us,
+                                 std::string* file_error);
+
+// Every remembered (bucket, kernel name), sorted by bucket.
+std::vector<std::pair<std::string, std::string>> autotune_entries();
+
+}  // namespace fp8ext::sm90
