@@ -2,6 +2,8 @@
 # compute-sanitizer (memcheck, racecheck, initcheck, synccheck) over scripts/sanitize_workload.py, with
 # PyTorch's caching allocator off so that out-of-bounds accesses hit unallocated memory.
 #   bash scripts/sanitize.sh [out_dir] [tools]     (default tools: memcheck racecheck initcheck synccheck)
+# FP8EXT_SANITIZE_ARGS passes arguments to the workload (e.g. --quick, --kernels 'gemv_*'); the log of each
+# tool is $out_dir/sanitize-<tool>.log.
 # Needs a built fp8ext (scripts/gpu_check.sh stage build) on PYTHONPATH.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,11 +18,14 @@ for tool in $TOOLS; do
   start=$(date +%s)
   timeout "${FP8EXT_SANITIZE_TIMEOUT_S:-1800}" \
   compute-sanitizer --tool "$tool" $extra --error-exitcode 3 \
-    --print-limit 20 python3 scripts/sanitize_workload.py >"$OUT_DIR/sanitize-$tool.log" 2>&1
+    --print-limit 20 python3 scripts/sanitize_workload.py ${FP8EXT_SANITIZE_ARGS:-} >"$OUT_DIR/sanitize-$tool.log" 2>&1
   rc=$?
   errors=$(grep -oE "ERROR SUMMARY: [0-9]+ error" "$OUT_DIR/sanitize-$tool.log" | tail -1)
   echo "compute-sanitizer $tool: rc=$rc ${errors:-no summary} ($(( $(date +%s) - start )) s)"
   grep -m1 "sanitize workload" "$OUT_DIR/sanitize-$tool.log" || tail -5 "$OUT_DIR/sanitize-$tool.log"
+  # the launch each reported error followed (the workload announces every launch)
+  awk '/^launch /{l=$0} /^========= [A-Z]/ && !/ERROR SUMMARY/{if (l) c[l]++} END{for (k in c) print "  " c[k] " report lines after: " k}' \
+    "$OUT_DIR/sanitize-$tool.log" | sort | head -10
   [ $rc -eq 0 ] || status=1
 done
 exit $status

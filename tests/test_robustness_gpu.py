@@ -56,9 +56,9 @@ def capture(fn):
 
 
 def assert_only_the_output_allocated(M, N, out_dtype, op):
-    # The baseline is a capture that allocates just an output of the same size: torch.cuda.graph itself may
+    # The baseline is a capture that allocates (and zeroes) just an output of the same size: torch.cuda.graph may
     # allocate once per process (the RNG's graph-safe state), which is not the op's doing.
-    baseline, _, _ = capture(lambda: torch.empty(M, N, device=DEV, dtype=out_dtype))
+    baseline, _, _ = capture(lambda: torch.empty(M, N, device=DEV, dtype=out_dtype).zero_())
     allocs, graph, out = capture(op)
     assert allocs == baseline, f"{allocs} allocations inside capture, an output alone makes {baseline}"
     return graph, out
@@ -200,7 +200,9 @@ def test_overflow_beyond_the_output_type_matches_torch(out_dtype):
     # Results past the output type's largest finite value become +-inf, as torch._scaled_mm (cuBLASLt) gives.
     M, N, K = 64, 1040, 1040
     a, b, sa, sb = inputs(M, N, K)
-    sa[::2] *= 1e4 if out_dtype == torch.float16 else 1e36  # the even rows overflow wherever |result| is not small
+    # Even rows get a huge scale: about a quarter of their results pass the type's largest finite value (for
+    # bf16 that is fp32's too, so the epilogue's fp32 product overflows as cuBLASLt's does).
+    sa[::2] = 1e5 if out_dtype == torch.float16 else 3e38
     from fp8ext.testing import error_bound, reference
     ref = reference(a, b, sa, sb)
     top = torch.finfo(out_dtype).max
@@ -216,7 +218,7 @@ def test_overflow_beyond_the_output_type_matches_torch(out_dtype):
         assert torch.equal(torch.sign(ours)[clear], torch.sign(theirs)[clear])
 
 
-@pytest.mark.parametrize("name", [k for k in fp8ext.kernel_names() if not k.startswith("sk_")] or ["<none>"])
+@pytest.mark.parametrize("name", [k for k in fp8ext.kernel_names() if "sk_" not in k] or ["<none>"])
 def test_one_kernel_is_batch_invariant(name):
     # With one kernel, row i's result must not depend on how many rows the call has: every output element is
     # reduced over K in the same order whatever M is. (Stream-K splits K by the tile count, so it is exempt;
