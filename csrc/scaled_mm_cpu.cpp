@@ -35,7 +35,9 @@ at::Tensor scaled_mm_reference(const at::Tensor& a, const at::Tensor& b, const a
   // (M, 1) * (1, N) broadcasting; a tensor-wise scale is viewed as a 0-d tensor.
   const at::Tensor sa = problem.scale_a_per_row ? scale_a.reshape({problem.M, 1}) : scale_a.reshape({});
   const at::Tensor sb = problem.scale_b_per_col ? scale_b.reshape({1, problem.N}) : scale_b.reshape({});
-  acc.mul_(sa).mul_(sb);
+  // The scales are multiplied first, as the sm90 epilogue does: no intermediate overflow unless the scale
+  // product itself overflows.
+  acc.mul_(sa * sb);
   if (bias.has_value()) acc.add_(bias->to(at::kFloat));
   return acc.to(problem.out_dtype);
 }

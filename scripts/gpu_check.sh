@@ -8,7 +8,8 @@
 #   FP8EXT_STAGES=build,test,bench FP8EXT_BENCH_SUITE=llama ...
 #
 # Stages, run in this order: build, test, tune, retable (write csrc/sm90/heuristic_table.inc from this run's
-# tune.json and rebuild), bench, multigpu (needs 2 GPUs), invariance (scripts/batch_invariance.py), sanitize. Wheels that the machine lacks (nvidia-cutlass for the headers)
+# tune.json and rebuild), bench, multigpu (needs 2 GPUs), invariance (scripts/batch_invariance.py), edge
+# (scripts/edge_numerics.py), sanitize (scripts/sanitize.sh). Wheels that the machine lacks (nvidia-cutlass for the headers)
 # may be placed in .whl/; they are installed to a private prefix first. The build is in place and incremental
 # (build/ is reused when the machine is still warm).
 set -euo pipefail
@@ -107,6 +108,12 @@ if [[ $STAGES == *,invariance,* ]]; then
   $PY scripts/batch_invariance.py --json "$OUT_DIR/batch_invariance.json" >"$OUT_DIR/batch_invariance.log" 2>&1 \
     || { tail -30 "$OUT_DIR/batch_invariance.log"; exit 1; }
   awk '$0 !~ /identical 100.00%/' "$OUT_DIR/batch_invariance.log" | head -40
+fi
+
+if [[ $STAGES == *,edge,* ]]; then
+  $PY scripts/edge_numerics.py --json "$OUT_DIR/edge_numerics.json" >"$OUT_DIR/edge_numerics.log" 2>&1 \
+    || { tail -30 "$OUT_DIR/edge_numerics.log"; exit 1; }
+  grep -c . "$OUT_DIR/edge_numerics.log" | sed 's/^/edge numerics rows: /'
 fi
 
 if [[ $STAGES == *,sanitize,* ]]; then

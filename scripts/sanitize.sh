@@ -13,18 +13,23 @@ mkdir -p "$OUT_DIR"
 export PYTORCH_NO_CUDA_MEMORY_CACHING=1
 status=0
 for tool in $TOOLS; do
-  extra=""
+  extra="" args=""
   [ "$tool" = "memcheck" ] && extra="--leak-check no"
+  # racecheck is slow and its subject (shared memory) does not depend on the shape: one tail shape per kernel.
+  [ "$tool" = "racecheck" ] && args="--quick"
+  # initcheck does not see the epilogue's TMA stores, so reading an output back is reported as uninitialized
+  # (every element, on the H200); it runs the launches without the read-back and checks the kernels' own reads.
+  [ "$tool" = "initcheck" ] && args="--no-check"
   start=$(date +%s)
   timeout "${FP8EXT_SANITIZE_TIMEOUT_S:-1800}" \
   compute-sanitizer --tool "$tool" $extra --error-exitcode 3 \
-    --print-limit 20 python3 scripts/sanitize_workload.py ${FP8EXT_SANITIZE_ARGS:-} >"$OUT_DIR/sanitize-$tool.log" 2>&1
+    --print-limit 20 python3 scripts/sanitize_workload.py $args ${FP8EXT_SANITIZE_ARGS:-} >"$OUT_DIR/sanitize-$tool.log" 2>&1
   rc=$?
   errors=$(grep -oE "ERROR SUMMARY: [0-9]+ error" "$OUT_DIR/sanitize-$tool.log" | tail -1)
   echo "compute-sanitizer $tool: rc=$rc ${errors:-no summary} ($(( $(date +%s) - start )) s)"
   grep -m1 "sanitize workload" "$OUT_DIR/sanitize-$tool.log" || tail -5 "$OUT_DIR/sanitize-$tool.log"
   # the launch each reported error followed (the workload announces every launch)
-  awk '/^launch /{l=$0} /^========= [A-Z]/ && !/ERROR SUMMARY/{if (l) c[l]++} END{for (k in c) print "  " c[k] " report lines after: " k}' \
+  awk '/^launch /{l=$0} /^========= [A-Z]/ && !/SUMMARY/{if (l) c[l]++} END{for (k in c) print "  " c[k] " report lines after: " k}' \
     "$OUT_DIR/sanitize-$tool.log" | sort | head -10
   [ $rc -eq 0 ] || status=1
 done

@@ -8,6 +8,10 @@ kernel that writes out of bounds *and* one that computes garbage both fail. Run 
     --quick             one tail shape per kernel (M = 257, or 3 for the GEMV; K = 272): for racecheck, which
                         is slow, and whose subject (shared memory) does not depend on the shape
     --kernels PATTERNS  only the kernels matching these fnmatch patterns (comma-separated)
+    --no-check          do not read the outputs back (for initcheck: it does not see the epilogue's TMA stores,
+                        so every read of a CUTLASS kernel's output is reported as uninitialized; measured on the
+                        H200, 2026-11-29: all 152640 output elements of one kernel's sweep, while the same outputs
+                        passed the element-wise float64 check)
 Each launch is announced on stdout before it runs, so a sanitizer report can be traced to its kernel.
 """
 import argparse
@@ -27,6 +31,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--kernels", default="*")
+    ap.add_argument("--no-check", action="store_true")
     args = ap.parse_args()
     patterns = args.kernels.split(",")
     names = [n for n in fp8ext.kernel_names() if any(fnmatch.fnmatch(n, p) for p in patterns)]
@@ -46,7 +51,8 @@ def main() -> int:
                 sb = random_scales(N, device="cuda", shape=(1, N))
                 bias = torch.randn(N, device="cuda").to(out_dtype)
                 out = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype, use_fast_accum=fast)
-                check_against_reference(out, a, b, sa, sb, bias, use_fast_accum=fast, what=f"{name} {M}x{N}x{K}")
+                if not args.no_check:
+                    check_against_reference(out, a, b, sa, sb, bias, use_fast_accum=fast, what=f"{name} {M}x{N}x{K}")
                 launches += 1
     # tensor-wise (cuBLAS route) and the empty shapes
     a, b = random_fp8(17, 272, device="cuda"), random_fp8(144, 272, device="cuda").t()
@@ -54,7 +60,8 @@ def main() -> int:
     fp8ext.scaled_mm(a, b, one, one)
     fp8ext.scaled_mm(a[:0], b, torch.ones(0, 1, device="cuda"), random_scales(144, device="cuda", shape=(1, 144)))
     torch.cuda.synchronize()
-    print(f"sanitize workload: {launches} kernel launches over {len(names)} kernels checked")
+    checked = "launched" if args.no_check else "checked against float64"
+    print(f"sanitize workload: {launches} kernel launches over {len(names)} kernels {checked}")
     return 0
 
 

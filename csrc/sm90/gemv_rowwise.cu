@@ -1,6 +1,6 @@
 // Decode-sized GEMV: M <= 4 tokens against an fp8 weight, bound by the weight read from HBM.
 //
-//     out[i, j] = round_to_out( fma( scale_a[i], scale_b[j] * acc[i, j], bias[j] ) )      (fp32, as the EVT)
+//     out[i, j] = round_to_out( fma( scale_a[i] * scale_b[j], acc[i, j], bias[j] ) )      (fp32, as the EVT)
 //     acc[i, j] = sum_k float(a[i, k]) * float(w[j, k]),   w[j, :] = column j of b (K contiguous bytes)
 //
 // Why not the tensor cores: with M <= 4 a 64-row wgmma does at most 4 useful rows, and the time is the weight
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_rowwise_kernel(GemmParams p)
         const float sa = p.scale_a[p.scale_a_per_row ? m : 0];
         const float sb = p.scale_b[p.scale_b_per_col ? j : 0];
         const float bias = p.bias != nullptr ? to_float(static_cast<const Out*>(p.bias)[j]) : 0.0f;
-        static_cast<Out*>(p.out)[m * p.ldo + j] = from_float<Out>(fmaf(sa, sb * acc[m][r], bias));
+        static_cast<Out*>(p.out)[m * p.ldo + j] = from_float<Out>(fmaf(sa * sb, acc[m][r], bias));
       }
     }
   }
