@@ -48,10 +48,7 @@ def describe(out, where):
             "nan": int(v.isnan().sum()), "saturated": int((v.abs() == top).sum())}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json")
-    args = ap.parse_args()
+def main(json_path=None) -> None:
     torch.manual_seed(0)
     rows = []
     for out_dtype in (torch.bfloat16, torch.float16, torch.float32):
@@ -74,10 +71,12 @@ def main() -> None:
                            "ref": group, "fp8ext": describe(ours, where), "torch": describe(theirs, where)}
                     rows.append(row)
                     print(json.dumps(row))
-    if args.json:
-        with open(args.json, "w") as f:
+    if json_path:
+        with open(json_path, "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="also write the rows to this JSON file")
+    main(parser.parse_args().json)
