@@ -25,7 +25,7 @@ for tool in $TOOLS; do
   compute-sanitizer --tool "$tool" $extra --error-exitcode 3 \
     --print-limit 20 python3 scripts/sanitize_workload.py $args ${FP8EXT_SANITIZE_ARGS:-} >"$OUT_DIR/sanitize-$tool.log" 2>&1
   rc=$?
-  errors=$(grep -oE "ERROR SUMMARY: [0-9]+ error" "$OUT_DIR/sanitize-$tool.log" | tail -1)
+  errors=$(grep -oE "(ERROR SUMMARY: [0-9]+ error|RACECHECK SUMMARY: [0-9]+ hazard.*)" "$OUT_DIR/sanitize-$tool.log" | tail -1)
   echo "compute-sanitizer $tool: rc=$rc ${errors:-no summary} ($(( $(date +%s) - start )) s)"
   grep -m1 "sanitize workload" "$OUT_DIR/sanitize-$tool.log" || tail -5 "$OUT_DIR/sanitize-$tool.log"
   # the launch each reported error followed (the workload announces every launch)
