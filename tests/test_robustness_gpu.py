@@ -201,7 +201,9 @@ def test_inf_and_zero_scales_match_torch():
 def test_overflow_beyond_the_output_type_gives_inf(out_dtype, M, huge):
     # A result past the output type's largest finite value becomes +-inf (round-to-nearest conversion), and a
     # result inside it stays finite however large one scale is: the epilogue multiplies the two scales first.
-    # torch._scaled_mm (cuBLASLt) gives the same classes (scripts/edge_numerics.py, docs/accuracy.md).
+    # torch._scaled_mm (cuBLASLt) agrees except in one place, measured on the H200: it scales acc by scale_b
+    # first, so with a huge scale_b (3e38, bf16) its fp32 intermediate overflows and it returns inf for some
+    # results inside the range, which fp8ext returns finite and within the bound (docs/accuracy.md).
     N, K = 1040, 1040
     a, b, sa, sb = inputs(M, N, K)
     # Every other row (or column) gets a huge scale: a good share of its results pass the largest finite value.
@@ -222,8 +224,9 @@ def test_overflow_beyond_the_output_type_gives_inf(out_dtype, M, huge):
         assert ours[past].isinf().all() and torch.equal(torch.sign(ours[past]), torch.sign(ref[past]).float())
         assert ours[inside].isfinite().all()
         theirs = torch._scaled_mm(a, b, sa, sb, out_dtype=out_dtype, use_fast_accum=fast).float()
-        assert torch.equal(ours.isinf()[past | inside], theirs.isinf()[past | inside])
-        assert torch.equal(ours.isnan(), theirs.isnan())
+        assert theirs[past].isinf().all() and not theirs.isnan().any() and not ours.isnan().any()
+        if not (out_dtype == torch.bfloat16 and huge == "scale_b"):
+            assert torch.equal(ours.isinf()[inside], theirs.isinf()[inside])
 
 
 @pytest.mark.parametrize("name", [k for k in fp8ext.kernel_names() if "sk_" not in k] or ["<none>"])
