@@ -236,14 +236,14 @@ void force_kernel(const std::string& name) {
 }
 
 std::string selected_kernel(int64_t M, int64_t N, int64_t K, at::ScalarType out_dtype, bool use_fast_accum,
-                            at::ScalarType a_dtype) {
+                            at::ScalarType a_dtype, bool capturing) {
   const sm90::ProblemKey key = problem_key(M, N, K, out_dtype, use_fast_accum, a_dtype, at::kFloat8_e4m3fn);
   if (!at::cuda::is_available()) {  // a CUDA build on a machine without a GPU: what an H200 would run
     const sm90::KernelEntry* k = sm90::forced_kernel();
-    if (k == nullptr) k = sm90::heuristic_kernel(key, 132);
+    if (k == nullptr) k = sm90::heuristic_kernel(key, 132, /*allow_workspace=*/!capturing);
     return k == nullptr ? std::string() : std::string(k->name);
   }
-  const sm90::KernelEntry* k = chosen_kernel(key, *at::cuda::getCurrentDeviceProperties(), /*capturing=*/false);
+  const sm90::KernelEntry* k = chosen_kernel(key, *at::cuda::getCurrentDeviceProperties(), capturing);
   return k == nullptr ? std::string() : std::string(k->name);
 }
 
@@ -275,7 +275,7 @@ TORCH_LIBRARY_FRAGMENT(fp8ext, m) {
   m.def("_force_kernel(str name) -> ()", &force_kernel);
   m.def(
       "_selected_kernel(int M, int N, int K, ScalarType out_dtype, bool use_fast_accum, "
-      "ScalarType a_dtype) -> str",
+      "ScalarType a_dtype, bool capturing=False) -> str",
       &selected_kernel);
   m.def("_autotune_configure(bool enabled, str cache_file, str[] buckets, str[] kernels) -> ()",
         &autotune_configure);

@@ -35,3 +35,23 @@ def test_forcing_an_unknown_kernel_raises():
     with pytest.raises(RuntimeError, match="no kernel named 'nope'"):
         with fp8ext.force_kernel("nope"):
             pass
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "precise"])
+def test_capture_never_chooses_a_workspace_kernel(fast):
+    # Inside CUDA-graph capture a call may allocate only its output, so no stream-K kernel (they need a
+    # workspace); outside capture the table's own choice stands.
+    from fp8ext.bench import LLAMA_M, LLAMA_NK
+    differ = 0
+    for N, K in LLAMA_NK + [(2736, 1040), (106496, 16384)]:
+        for M in sorted(set(LLAMA_M) | {4, 8, 100, 300}):
+            eager = fp8ext.selected_kernel(M, N, K, torch.bfloat16, fast)
+            captured = fp8ext.selected_kernel(M, N, K, torch.bfloat16, fast, capturing=True)
+            assert "sk_" not in captured, (M, N, K, captured)
+            kernel_out, kernel_fast, _ = kernel_dtypes(captured)
+            assert kernel_out == torch.bfloat16 and (fast or not kernel_fast)
+            if "sk_" in eager:
+                differ += 1
+            else:
+                assert captured == eager, (M, N, K)
+    assert fast or differ == 0  # the table picks stream-K only for fast accumulation

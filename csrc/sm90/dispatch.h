@@ -26,7 +26,8 @@ bool kernel_matches(const KernelEntry& kernel, const ProblemKey& key);
 
 // The heuristic's choice among the built kernels, or nullptr if no built kernel matches the key. With
 // allow_workspace false (CUDA-graph capture) kernels that need a global-memory workspace (stream-K) are passed
-// over, so that a captured call allocates nothing but its output.
+// over, so that a captured call allocates nothing but its output: a table row then gives its capture column
+// (the fastest measured kernel without a workspace), and the rules skip stream-K.
 const KernelEntry* heuristic_kernel(const ProblemKey& key, int sm_count, bool allow_workspace = true);
 
 // True for the kernels that need a workspace (the stream-K ones).

@@ -35,7 +35,8 @@ def scaled_mm(
         scale_b: float32, ``(1, N)`` or ``(N,)`` for one scale per column of ``b``, or one element.
         bias: optional ``[N]`` tensor of dtype ``out_dtype``, added after scaling.
         out_dtype: ``torch.bfloat16`` (default), ``torch.float16`` or ``torch.float32``.
-        use_fast_accum: as in ``torch._scaled_mm``; False promotes partial sums to fp32 every 128 of K.
+        use_fast_accum: as in ``torch._scaled_mm``; False promotes partial sums to fp32 every 128 (some large-M
+            kernels: 256) of K.
 
     Returns:
         A new contiguous ``[M, N]`` tensor of ``out_dtype`` on ``a``'s device.
@@ -77,12 +78,13 @@ def kernel_names() -> list[str]:
 
 
 def selected_kernel(M: int, N: int, K: int, out_dtype: torch.dtype = torch.bfloat16, use_fast_accum: bool = True,
-                    a_dtype: torch.dtype = torch.float8_e4m3fn) -> Optional[str]:
+                    a_dtype: torch.dtype = torch.float8_e4m3fn, capturing: bool = False) -> Optional[str]:
     """The kernel a row-wise call of this shape would run on an sm_90 GPU: a forced one, else the autotuner's
-    remembered choice (when autotuning is on), else the heuristic's. None if no built kernel fits."""
+    remembered choice (when autotuning is on), else the heuristic's; with ``capturing=True``, the one it would
+    run inside CUDA-graph capture (never a stream-K kernel unless forced). None if no built kernel fits."""
     if not _has_cuda_kernels():
         return None
-    return torch.ops.fp8ext._selected_kernel(M, N, K, out_dtype, use_fast_accum, a_dtype) or None
+    return torch.ops.fp8ext._selected_kernel(M, N, K, out_dtype, use_fast_accum, a_dtype, capturing) or None
 
 
 @contextlib.contextmanager
