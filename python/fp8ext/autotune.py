@@ -20,15 +20,11 @@ from typing import Optional, Union
 
 import torch
 
-from . import _C  # noqa: F401
+from .ops import _has_cuda_kernels  # the autotuner's ops are registered with the CUDA kernels
 
 FORMAT = "fp8ext-autotune-1"
 ENV_ENABLE = "FP8EXT_AUTOTUNE"
 ENV_CACHE = "FP8EXT_AUTOTUNE_CACHE"
-
-
-def _has_autotuner() -> bool:
-    return hasattr(torch.ops.fp8ext, "_autotune_configure")
 
 
 def read_cache(path: Union[str, os.PathLike]) -> dict[str, str]:
@@ -59,7 +55,7 @@ def autotune(enabled: bool = True, cache_file: Optional[Union[str, os.PathLike]]
 
     Raises RuntimeError on a build without CUDA kernels, ValueError if the cache file is not an fp8ext cache.
     """
-    if not _has_autotuner():
+    if not _has_cuda_kernels():
         raise RuntimeError("fp8ext.autotune: this build has no CUDA kernels to tune")
     if cache_file is None:
         cache_file = os.environ.get(ENV_CACHE) or None
@@ -70,7 +66,7 @@ def autotune(enabled: bool = True, cache_file: Optional[Union[str, os.PathLike]]
 
 def autotune_entries() -> dict[str, str]:
     """The choices made or loaded so far in this process: {bucket: kernel name}."""
-    if not _has_autotuner():
+    if not _has_cuda_kernels():
         return {}
     flat = list(torch.ops.fp8ext._autotune_entries())
     return dict(zip(flat[0::2], flat[1::2]))
@@ -78,5 +74,5 @@ def autotune_entries() -> dict[str, str]:
 
 def _configure_from_environment() -> None:
     # FP8EXT_AUTOTUNE=1 turns tuning on at import; a CPU-only build has nothing to tune and ignores it.
-    if os.environ.get(ENV_ENABLE, "").strip().lower() in ("1", "true", "yes", "on") and _has_autotuner():
+    if os.environ.get(ENV_ENABLE, "").strip().lower() in ("1", "true", "yes", "on") and _has_cuda_kernels():
         autotune(True)
