@@ -133,18 +133,18 @@ double time_candidate_us(const sm90::KernelEntry& kernel, const sm90::GemmParams
 }
 
 // A kernel forced by name wins (it must compute this key); then, when autotuning is on, the bucket's
-// remembered choice (a stream-K one only outside graph capture); then the heuristic. nullptr if none fits.
-const sm90::KernelEntry* chosen_kernel(const sm90::ProblemKey& key, const cudaDeviceProp& props, bool capturing) {
-  if (const sm90::KernelEntry* forced = sm90::forced_kernel()) {
-    TORCH_CHECK(sm90::kernel_matches(*forced, key), "fp8ext.scaled_mm: the forced kernel '", forced->name,
-                "' does not compute this call (", sm90::describe(key),
+// remembered choice (a stream-K one only outside graph capture); then the heuristic. Empty if none fits.
+sm90::KernelChoice chosen_kernel(const sm90::ProblemKey& key, const cudaDeviceProp& props, bool capturing) {
+  if (const sm90::KernelChoice forced = sm90::forced_kernel()) {
+    TORCH_CHECK(sm90::kernel_matches(*forced.kernel, key), "fp8ext.scaled_mm: the forced kernel '",
+                forced.kernel->name, "' does not compute this call (", sm90::describe(key),
                 "); clear it with fp8ext.force_kernel(None) or force a matching one");
     return forced;
   }
   if (sm90::autotune_enabled()) {
     const sm90::KernelEntry* tuned =
         sm90::autotune_lookup(sm90::autotune_bucket(key, props.name, props.multiProcessorCount), key);
-    if (tuned != nullptr && !(capturing && sm90::needs_workspace(*tuned))) return tuned;
+    if (tuned != nullptr && !(capturing && sm90::needs_workspace(*tuned))) return {tuned, {}};
   }
   return sm90::heuristic_kernel(key, props.multiProcessorCount, /*allow_workspace=*/!capturing);
 }
@@ -154,19 +154,19 @@ at::Tensor run_sm90(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
                     const sm90::ProblemKey& key, const cudaDeviceProp& props) {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(a.get_device()).stream();
   const bool capturing = stream_is_capturing(stream);
-  const sm90::KernelEntry* kernel = chosen_kernel(key, props, capturing);
-  if (kernel == nullptr) {
+  sm90::KernelChoice choice = chosen_kernel(key, props, capturing);
+  if (!choice) {
     TORCH_WARN_ONCE("fp8ext.scaled_mm: this build has no sm_90a kernel for ", sm90::describe(key),
                     "; using the float32 reference path (correct, much slower)");
     return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
   }
 
   at::Tensor out = at::empty({problem.M, problem.N}, a.options().dtype(problem.out_dtype));
-  const sm90::GemmParams p = gemm_params(a, b, scale_a, scale_b, bias, problem, out, props.multiProcessorCount, stream);
+  sm90::GemmParams p = gemm_params(a, b, scale_a, scale_b, bias, problem, out, props.multiProcessorCount, stream);
 
   // Autotuning: the first call of a bucket not yet tuned times every candidate (never while a graph is being
   // captured: timing needs synchronisation, and the capture would record every candidate).
-  if (!capturing && sm90::forced_kernel() == nullptr && sm90::autotune_enabled()) {
+  if (!capturing && !sm90::forced_kernel() && sm90::autotune_enabled()) {
     const std::string bucket = sm90::autotune_bucket(key, props.name, props.multiProcessorCount);
     if (sm90::autotune_lookup(bucket, key) == nullptr) {
       std::string file_error;
@@ -174,12 +174,14 @@ at::Tensor run_sm90(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
           bucket, key, [&](const sm90::KernelEntry& k) { return time_candidate_us(k, p, a.options()); },
           &file_error);
       if (!file_error.empty()) TORCH_WARN("fp8ext.autotune: could not save the cache file: ", file_error);
-      if (tuned != nullptr) kernel = tuned;
+      if (tuned != nullptr) choice = {tuned, {}};
     }
   }
 
-  const sm90::LaunchResult r = launch(*kernel, p, a.options());
-  TORCH_CHECK(r.ok, "fp8ext.scaled_mm: CUTLASS kernel '", kernel->name, "' failed at ", r.stage, ": ", r.detail,
+  p.sched = choice.sched;
+  const sm90::LaunchResult r = launch(*choice.kernel, p, a.options());
+  TORCH_CHECK(r.ok, "fp8ext.scaled_mm: CUTLASS kernel '", sm90::choice_name(choice), "' failed at ", r.stage, ": ",
+              r.detail,
               " (M=", problem.M, ", N=", problem.N, ", K=", problem.K, ", lda=", p.lda, ", ldb=", p.ldb, ")");
   return out;
 }
@@ -224,27 +226,27 @@ std::vector<std::string> kernel_names() {
   return names;
 }
 
+// `name` is a kernel's name, optionally with scheduler options ("...@N4", dispatch.h); "" clears it.
 void force_kernel(const std::string& name) {
   if (name.empty()) {
-    sm90::set_forced_kernel(nullptr);
+    sm90::set_forced_kernel({});
     return;
   }
-  const sm90::KernelEntry* k = sm90::find_kernel(name);
-  TORCH_CHECK(k != nullptr, "fp8ext.force_kernel: no kernel named '", name,
-              "' in this build; fp8ext.kernel_names() lists them");
-  sm90::set_forced_kernel(k);
+  std::string error;
+  const sm90::KernelChoice choice = sm90::parse_choice(name, &error);
+  TORCH_CHECK(choice, "fp8ext.force_kernel: ", error, "; fp8ext.kernel_names() lists the kernels");
+  sm90::set_forced_kernel(choice);
 }
 
 std::string selected_kernel(int64_t M, int64_t N, int64_t K, at::ScalarType out_dtype, bool use_fast_accum,
                             at::ScalarType a_dtype, bool capturing) {
   const sm90::ProblemKey key = problem_key(M, N, K, out_dtype, use_fast_accum, a_dtype, at::kFloat8_e4m3fn);
   if (!at::cuda::is_available()) {  // a CUDA build on a machine without a GPU: what an H200 would run
-    const sm90::KernelEntry* k = sm90::forced_kernel();
-    if (k == nullptr) k = sm90::heuristic_kernel(key, 132, /*allow_workspace=*/!capturing);
-    return k == nullptr ? std::string() : std::string(k->name);
+    sm90::KernelChoice c = sm90::forced_kernel();
+    if (!c) c = sm90::heuristic_kernel(key, 132, /*allow_workspace=*/!capturing);
+    return sm90::choice_name(c);
   }
-  const sm90::KernelEntry* k = chosen_kernel(key, *at::cuda::getCurrentDeviceProperties(), capturing);
-  return k == nullptr ? std::string() : std::string(k->name);
+  return sm90::choice_name(chosen_kernel(key, *at::cuda::getCurrentDeviceProperties(), capturing));
 }
 
 void autotune_configure(bool enabled, const std::string& cache_file, const std::vector<std::string>& buckets,

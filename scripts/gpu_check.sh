@@ -7,10 +7,11 @@
 #   FP8EXT_STAGES=build,tune FP8EXT_OUT=... bash scripts/gpu_check.sh
 #   FP8EXT_STAGES=build,test,bench FP8EXT_BENCH_SUITE=llama ...
 #
-# Stages, run in this order: build, test, tune, retable (write csrc/sm90/heuristic_table.inc from this run's
-# tune.json and rebuild), bench, multigpu (needs 2 GPUs), invariance (scripts/batch_invariance.py), edge
-# (scripts/edge_numerics.py), sanitize (scripts/sanitize.sh). Wheels that the machine lacks (nvidia-cutlass for the headers)
-# may be placed in .whl/; they are installed to a private prefix first. The build is in place and incremental
+# Stages, run in this order: build, test, tune, sweep (the tile scheduler's options for the best kernels of a
+# recorded tune run: tune.py --sweep-from), retable (write csrc/sm90/heuristic_table.inc from this run's tune.json
+# or sweep, and rebuild), bench, multigpu (needs 2 GPUs), invariance (scripts/batch_invariance.py), edge
+# (scripts/edge_numerics.py), sanitize (scripts/sanitize.sh). Wheels that the machine lacks (nvidia-cutlass for
+# the headers) may be placed in .whl/; they are installed to a private prefix first. The build is in place and incremental
 # (build/ is reused when the machine is still warm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -80,8 +81,22 @@ if [[ $STAGES == *,tune,* ]]; then
   tail -3 "$tune_log"
 fi
 
+# The tile scheduler's options (raster x band) for the best kernels of a recorded tune run, rows with M >= 256.
+SWEEP_BASE=${FP8EXT_SWEEP_BASE:-bench/tuning/h200-2026-11-29-run2.json}
+if [[ $STAGES == *,sweep,* ]]; then
+  sweep_log=${TMPDIR:-/tmp}/fp8ext-sweep.log
+  $PY scripts/tune.py --sweep-from "$SWEEP_BASE" --out "$OUT_DIR/sched.json" --rep-ms "${FP8EXT_SWEEP_REP_MS:-10}" \
+    --deadline "$DEADLINE" >"$sweep_log" 2>&1 || { tail -30 "$sweep_log"; exit 1; }
+  tail -3 "$sweep_log"
+fi
+
+# The table from this run's tune.json, or from the sweep's base run merged with this run's sweep.
 if [[ $STAGES == *,retable,* ]]; then
-  $PY scripts/tune.py --from-json "$OUT_DIR/tune.json" --write-table
+  if [ -f "$OUT_DIR/sched.json" ]; then
+    $PY scripts/tune.py --from-json "$SWEEP_BASE" --sweep "$OUT_DIR/sched.json" --write-table
+  else
+    $PY scripts/tune.py --from-json "$OUT_DIR/tune.json" --write-table
+  fi
   cp csrc/sm90/heuristic_table.inc "$OUT_DIR/heuristic_table.inc"
   build
 fi

@@ -3,8 +3,11 @@
 
 On the H200 (after building fp8ext):
     python scripts/tune.py --out bench/tuning/h200-<date>.json
-Here or anywhere, from a recorded run:
-    python scripts/tune.py --from-json bench/tuning/h200-<date>.json --write-table
+Then, on the H200, the tile scheduler's walk (raster M/N x band 1/2/4/8, dispatch.h) for the two best kernels
+of every shape with M >= 256 in that run:
+    python scripts/tune.py --sweep-from bench/tuning/h200-<date>.json --out bench/tuning/h200-<date>-sched.json
+Here or anywhere, from recorded runs (the sweep's rows replace the base run's rows they re-measured):
+    python scripts/tune.py --from-json bench/tuning/h200-<date>.json [--sweep <sched.json>] --write-table
 
 The raw measurements (every kernel's median time per shape, the torch peers beside them) are kept in the repo;
 --write-table turns them into csrc/sm90/heuristic_table.inc: for each accumulation mode, M bucket and weight
@@ -89,6 +92,90 @@ def measure(out_path: Path, rep_ms: int, ms: list[int] | None, deadline: float |
     return result
 
 
+SCHED_OPTIONS = [f"@{r}{w}" for r in "MN" for w in (1, 2, 4, 8)]
+
+
+def sweep_candidates(row: dict, top: int = 2) -> list[str]:
+    """The `top` fastest kernels of a base-run row, plus its fastest one without a workspace."""
+    ranked = sorted((k for k in row["kernels"] if not k.startswith("gemv_")), key=row["kernels"].get)
+    picked = ranked[:top]
+    if all(k in WORKSPACE_KERNELS for k in picked):
+        picked += [k for k in ranked if k not in WORKSPACE_KERNELS][:1]
+    return picked
+
+
+def heat_up(seconds: float = 3.0) -> None:
+    """Runs the tensor cores until the card sits at its power limit, so that the first shapes are not measured
+    at a cold card's higher clock while the rest run throttled (scripts/clock_probe.py saw 1980 MHz cold and
+    1300-1400 MHz at the 700 W limit)."""
+    import time
+
+    import torch
+
+    import fp8ext
+    from fp8ext.bench import make_operands
+
+    a, b, sa, sb, _, _ = make_operands(8192, 8192, 8192)
+    end = time.time() + seconds
+    while time.time() < end:
+        for _ in range(10):
+            fp8ext.scaled_mm(a, b, sa, sb)
+        torch.cuda.synchronize()
+
+
+def sweep(base: dict, out_path: Path, rep_ms: int, min_m: int, deadline: float | None = None) -> dict:
+    import time
+
+    import torch
+
+    import fp8ext
+    from fp8ext.bench import Timer, git_commit, make_operands
+
+    timer = Timer(rep_ms=rep_ms, warmup_ms=max(5, rep_ms // 4))
+    built = set(fp8ext.kernel_names())
+    todo = [r for r in base["rows"] if r["M"] >= min_m]
+    rows = []
+    result = {"commit": git_commit(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "method": f"do_bench median rep={rep_ms} ms, L2 flushed, card heated to its power limit first; "
+                        f"scheduler options {SCHED_OPTIONS} of the 2 best kernels per row of {base.get('commit')}",
+              "complete": False, "rows": rows}
+    heat_up()
+    for i, base_row in enumerate(todo):
+        if deadline is not None and time.time() > deadline:
+            print(f"deadline reached after {i} of {len(todo)} rows; the JSON holds what was measured")
+            break
+        M, N, K, fast = base_row["M"], base_row["N"], base_row["K"], base_row["use_fast_accum"]
+        a, b, sa, sb, st_a, st_b = make_operands(M, N, K)
+        kw = dict(out_dtype=torch.bfloat16, use_fast_accum=fast)
+        row = {"M": M, "N": N, "K": K, "use_fast_accum": fast, "kernels": {}}
+        for name in (k for k in sweep_candidates(base_row) if k in built):
+            for opts in SCHED_OPTIONS:
+                with fp8ext.force_kernel(name + opts):
+                    row["kernels"][name + opts] = timer(lambda: fp8ext.scaled_mm(a, b, sa, sb, **kw))
+        row["torch_rowwise_us"] = timer(lambda: torch._scaled_mm(a, b, sa, sb, **kw))
+        rows.append(row)
+        best = min(row["kernels"], key=row["kernels"].get)
+        print(f"[{i + 1}/{len(todo)}] {M}x{N}x{K} {'fast' if fast else 'precise'}: best {best} "
+              f"{row['kernels'][best]:.1f} us, torch row-wise {row['torch_rowwise_us']:.1f} us "
+              f"({row['torch_rowwise_us'] / row['kernels'][best]:.2f}x)", flush=True)
+        del a, b, sa, sb, st_a, st_b
+        result["complete"] = i + 1 == len(todo)
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def merge_sweep(base: dict, sched: dict) -> dict:
+    """The base run with every row that the scheduler sweep re-measured replaced by the sweep's row (one
+    session's measurements per row, so the kernels within a row stay comparable)."""
+    key = lambda r: (r["M"], r["N"], r["K"], r["use_fast_accum"])  # noqa: E731
+    swept = {key(r): r for r in sched["rows"] if r["kernels"]}
+    merged = dict(base)
+    merged["rows"] = [swept.get(key(r), r) for r in base["rows"]]
+    merged["commit"] = f"{base['commit']} + scheduler sweep {sched['commit']}"
+    return merged
+
+
 def write_table(result: dict, source: str) -> None:
     lines = [f"// Generated by scripts/tune.py --write-table from {source}",
              f"// ({result['gpu']}, torch {result['torch']}, commit {result['commit']}): the fastest kernel per",
@@ -96,7 +183,7 @@ def write_table(result: dict, source: str) -> None:
              "// during CUDA-graph capture). {OutType, Accum, m_max, n, k, \"kernel\", \"capture kernel\"}"]
     for row in sorted(result["rows"], key=lambda r: (not r["use_fast_accum"], r["N"] * r["K"], r["M"])):
         times = row["kernels"]
-        no_workspace = {k: t for k, t in times.items() if k not in WORKSPACE_KERNELS}
+        no_workspace = {k: t for k, t in times.items() if k.split("@")[0] not in WORKSPACE_KERNELS}
         if not times or not no_workspace:
             continue
         best = min(times, key=times.get)
@@ -116,9 +203,20 @@ def main() -> int:
     p.add_argument("--rep-ms", type=int, default=20)
     p.add_argument("--ms", help="comma-separated M values (default: the llama grid)")
     p.add_argument("--deadline", type=float, help="stop measuring at this Unix time (seconds)")
+    p.add_argument("--sweep-from", type=Path, help="with --out: sweep the scheduler options on this run's best")
+    p.add_argument("--sweep", type=Path, help="with --from-json: a recorded scheduler sweep to merge")
+    p.add_argument("--min-m", type=int, default=256, help="the sweep covers rows with M >= this")
     args = p.parse_args()
+    if args.sweep_from:
+        if not args.out:
+            p.error("--sweep-from needs --out")
+        sweep(json.loads(args.sweep_from.read_text()), args.out, args.rep_ms, args.min_m, args.deadline)
+        return 0
     if args.from_json:
         result, source = json.loads(args.from_json.read_text()), args.from_json
+        if args.sweep:
+            result = merge_sweep(result, json.loads(args.sweep.read_text()))
+            source = f"{args.from_json} + {args.sweep}"
     elif args.out:
         result = measure(args.out, args.rep_ms, [int(m) for m in args.ms.split(",")] if args.ms else None,
                          args.deadline)
@@ -126,8 +224,10 @@ def main() -> int:
     else:
         p.error("give --out (measure) or --from-json")
     if args.write_table:
-        source = Path(source).resolve()
-        write_table(result, str(source.relative_to(ROOT)) if source.is_relative_to(ROOT) else source.name)
+        def rel(path) -> str:
+            path = Path(path).resolve()
+            return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
+        write_table(result, " + ".join(rel(x) for x in str(source).split(" + ")))
     return 0
 
 

@@ -17,7 +17,7 @@ def test_choice_computes_the_call(M, N, K):
     for fast in (True, False):
         for out_dtype in OUT_DTYPES:
             name = fp8ext.selected_kernel(M, N, K, out_dtype, fast)
-            assert name is not None and name in fp8ext.kernel_names()
+            assert name is not None and name.split("@")[0] in fp8ext.kernel_names()
             kernel_out, kernel_fast, kernel_a = kernel_dtypes(name)
             assert kernel_out == out_dtype and kernel_a == torch.float8_e4m3fn
             assert fast or not kernel_fast  # a precise kernel may serve a fast call, never the reverse
@@ -34,6 +34,22 @@ def test_e5m2_activations_choose_an_e5m2_kernel_or_the_gemv():
 def test_forcing_an_unknown_kernel_raises():
     with pytest.raises(RuntimeError, match="no kernel named 'nope'"):
         with fp8ext.force_kernel("nope"):
+            pass
+
+
+def test_scheduler_options_round_trip_and_bad_ones_raise():
+    name = next(k for k in fp8ext.kernel_names() if k.startswith("pp_"))
+    for opts in ("@M1", "@N4", "@H2", "@M8"):
+        with fp8ext.force_kernel(name + opts):
+            assert fp8ext.selected_kernel(4096, 4096, 4096) == name + opts
+    with fp8ext.force_kernel(name + "@H8"):  # the defaults are written as the bare name
+        assert fp8ext.selected_kernel(4096, 4096, 4096) == name
+    for bad in ("@X4", "@N3", "@N16", "@", "@n4"):
+        with pytest.raises(RuntimeError, match="not a raster"):
+            with fp8ext.force_kernel(name + bad):
+                pass
+    with pytest.raises(RuntimeError, match="has no tile scheduler"):
+        with fp8ext.force_kernel("gemv_m4_precise_bf16@N4"):
             pass
 
 

@@ -136,6 +136,24 @@ def test_every_kernel_forced_by_name(name):
             run_and_check(M, N, K, out_dtype, fast, with_bias=True, a_dtype=a_dtype)
 
 
+SCHEDULER_OPTIONS = [f"@{r}{w}" for r in "MNH" for w in (1, 2, 4, 8)]
+
+
+@pytest.mark.parametrize("opts", SCHEDULER_OPTIONS)
+def test_scheduler_options_against_float64(opts):
+    # Every raster/band, on the cluster, stream-K and swapped kernels, with tile grids that are not a multiple of
+    # band x cluster (CUTLASS then walks padded, empty tiles, which must write nothing).
+    names = [n for n in fp8ext.kernel_names() if n.endswith("_bf16") and not n.startswith("gemv_")
+             and ("c2x1" in n or "c1x2" in n or "sk_" in n or n.startswith("swap_pp_128"))]
+    if not names:
+        pytest.skip("no CUTLASS kernel with a persistent scheduler in this build")
+    for name in names:
+        out_dtype, fast, a_dtype = kernel_dtypes(name)
+        with fp8ext.force_kernel(name + opts):
+            for M, N, K in [(1000, 1040, 1040), (257, 2736, 7168), (3000, 7168, 272)]:
+                run_and_check(M, N, K, out_dtype, fast, with_bias=True, a_dtype=a_dtype)
+
+
 def test_forced_kernel_must_match_the_call():
     names = [n for n in fp8ext.kernel_names() if n.endswith("_fast_bf16")]
     a, b, sa, sb = inputs(16, 1040, 1040)

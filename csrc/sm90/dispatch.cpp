@@ -1,23 +1,26 @@
 #include "sm90/dispatch.h"
 
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <sstream>
 #include <vector>
 
 namespace fp8ext::sm90 {
 namespace {
 
-std::atomic<const KernelEntry*> g_forced{nullptr};
+// The forced choice: a pointer and its options, read on every call, so guarded by a mutex (uncontended: a few
+// tens of nanoseconds) rather than split over two atomics that a reader could see half-updated.
+std::mutex g_forced_mutex;
+KernelChoice g_forced;
 
 struct TableRow {
   OutType out;
   Accum accum;
   int64_t m_max;  // this row serves M up to m_max (the power-of-two bucket it was measured at)
   int64_t n, k;   // the weight shape it was measured on
-  const char* kernel;          // the fastest measured
+  const char* kernel;          // the fastest measured (a KernelChoice's written form, dispatch.h)
   const char* capture_kernel;  // the fastest measured that needs no workspace (CUDA-graph capture)
 };
 
@@ -31,8 +34,8 @@ constexpr TableRow kTable[] = {
 // a call costs arithmetic over the rows rather than a name search per row.
 struct ResolvedRow {
   const TableRow* row;
-  const KernelEntry* kernel;
-  const KernelEntry* capture_kernel;
+  KernelChoice kernel;
+  KernelChoice capture_kernel;
   double log2_n, log2_k;
 };
 
@@ -40,9 +43,10 @@ const std::vector<ResolvedRow>& resolved_table() {
   // Kernels register while the library loads, before the first call, so the registry is complete here.
   static const std::vector<ResolvedRow> rows = [] {
     std::vector<ResolvedRow> out;
+    std::string ignored;  // a name this build lacks resolves to an empty choice, and the row is skipped
     for (const auto& row : kTable) {
       if (row.kernel == nullptr) continue;
-      out.push_back({&row, find_kernel(row.kernel), find_kernel(row.capture_kernel),
+      out.push_back({&row, parse_choice(row.kernel, &ignored), parse_choice(row.capture_kernel, &ignored),
                      std::log2(static_cast<double>(row.n)), std::log2(static_cast<double>(row.k))});
     }
     return out;
@@ -51,7 +55,7 @@ const std::vector<ResolvedRow>& resolved_table() {
 }
 
 bool row_serves(const ResolvedRow& r, const ProblemKey& key) {
-  return r.kernel != nullptr && r.row->out == key.out && r.row->accum == key.accum && kernel_matches(*r.kernel, key);
+  return r.kernel && r.row->out == key.out && r.row->accum == key.accum && kernel_matches(*r.kernel.kernel, key);
 }
 
 int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
@@ -68,7 +72,7 @@ const KernelEntry* find_matching(const char* name, const ProblemKey& key, bool a
 
 // The measured table: among rows of the key's dtype/accumulation whose M bucket is the smallest one >= M,
 // the row whose weight shape is nearest in log space.
-const KernelEntry* from_table(const ProblemKey& key, bool allow_workspace) {
+KernelChoice from_table(const ProblemKey& key, bool allow_workspace) {
   const auto& table = resolved_table();
   int64_t bucket = std::numeric_limits<int64_t>::max();
   for (const auto& r : table) {
@@ -95,11 +99,11 @@ const KernelEntry* from_table(const ProblemKey& key, bool allow_workspace) {
       best = &r;
     }
   }
-  if (best == nullptr) return nullptr;
-  if (usable(*best->kernel, allow_workspace)) return best->kernel;
-  // In capture, the row's measured runner-up without a workspace (nullptr, i.e. the rules, if not built).
-  const KernelEntry* alt = best->capture_kernel;
-  return (alt != nullptr && kernel_matches(*alt, key) && usable(*alt, allow_workspace)) ? alt : nullptr;
+  if (best == nullptr) return {};
+  if (usable(*best->kernel.kernel, allow_workspace)) return best->kernel;
+  // In capture, the row's measured runner-up without a workspace (empty, i.e. the rules, if not built).
+  const KernelChoice& alt = best->capture_kernel;
+  return (alt && kernel_matches(*alt.kernel, key) && usable(*alt.kernel, allow_workspace)) ? alt : KernelChoice{};
 }
 
 // Shape rules for keys the table does not cover. Names are tried in order; the first one built wins.
@@ -169,16 +173,56 @@ bool kernel_matches(const KernelEntry& kernel, const ProblemKey& key) {
          (t.max_m == 0 || key.M <= t.max_m);
 }
 
-const KernelEntry* heuristic_kernel(const ProblemKey& key, int sm_count, bool allow_workspace) {
-  if (const KernelEntry* k = from_table(key, allow_workspace)) return k;
-  return from_rules(key, sm_count, allow_workspace);
+KernelChoice heuristic_kernel(const ProblemKey& key, int sm_count, bool allow_workspace) {
+  if (KernelChoice c = from_table(key, allow_workspace)) return c;
+  return {from_rules(key, sm_count, allow_workspace), {}};
 }
 
 bool needs_workspace(const KernelEntry& kernel) { return !usable(kernel, /*allow_workspace=*/false); }
 
-void set_forced_kernel(const KernelEntry* kernel) { g_forced.store(kernel, std::memory_order_release); }
+void set_forced_kernel(const KernelChoice& choice) {
+  std::lock_guard<std::mutex> lock(g_forced_mutex);
+  g_forced = choice;
+}
 
-const KernelEntry* forced_kernel() { return g_forced.load(std::memory_order_acquire); }
+KernelChoice forced_kernel() {
+  std::lock_guard<std::mutex> lock(g_forced_mutex);
+  return g_forced;
+}
+
+KernelChoice parse_choice(const std::string& text, std::string* error) {
+  const size_t at = text.find('@');
+  const std::string name = text.substr(0, at);
+  const KernelEntry* kernel = find_kernel(name);
+  if (kernel == nullptr) {
+    *error = "no kernel named '" + name + "' in this build";
+    return {};
+  }
+  KernelChoice choice{kernel, {}};
+  if (at == std::string::npos) return choice;
+  const std::string opts = text.substr(at + 1);
+  const bool raster_ok = opts.size() == 2 && (opts[0] == 'H' || opts[0] == 'M' || opts[0] == 'N');
+  const bool band_ok = opts.size() == 2 && (opts[1] == '1' || opts[1] == '2' || opts[1] == '4' || opts[1] == '8');
+  if (!raster_ok || !band_ok) {
+    *error = "scheduler options '@" + opts + "' are not a raster (H, M or N) followed by a band width (1, 2, 4 or 8)";
+    return {};
+  }
+  if (kernel->traits.schedule == Schedule::kGemv) {
+    *error = "'" + name + "' has no tile scheduler to take '@" + opts + "'";
+    return {};
+  }
+  choice.sched.raster = opts[0] == 'M' ? Raster::kAlongM : opts[0] == 'N' ? Raster::kAlongN : Raster::kHeuristic;
+  choice.sched.max_swizzle = opts[1] - '0';
+  return choice;
+}
+
+std::string choice_name(const KernelChoice& choice) {
+  if (!choice) return {};
+  std::string s = choice.kernel->name;
+  if (choice.sched == SchedulerOptions{}) return s;
+  const char raster = choice.sched.raster == Raster::kAlongM ? 'M' : choice.sched.raster == Raster::kAlongN ? 'N' : 'H';
+  return s + '@' + raster + static_cast<char>('0' + choice.sched.max_swizzle);
+}
 
 std::string describe(const ProblemKey& key) {
   std::ostringstream os;

@@ -15,6 +15,18 @@
 
 namespace fp8ext::sm90 {
 
+// How the persistent tile scheduler walks the output tiles, in the kernel's own (MMA) frame: a swapped kernel's
+// M is the user's N. Tiles are visited in bands `max_swizzle` tiles wide (1, 2, 4 or 8) across the raster
+// direction, so that the CTAs of one wave share operand rows in L2. Which order reads the fewest bytes from
+// HBM depends on the shape; the dispatch table carries the measured best per row (dispatch.h). The GEMV and
+// kernels without a persistent scheduler ignore it.
+enum class Raster : uint8_t { kHeuristic, kAlongM, kAlongN };  // kHeuristic: CUTLASS's (along the longer side)
+struct SchedulerOptions {
+  Raster raster = Raster::kHeuristic;
+  int max_swizzle = 8;
+  bool operator==(const SchedulerOptions& o) const { return raster == o.raster && max_swizzle == o.max_swizzle; }
+};
+
 struct GemmParams {
   int64_t M = 0, N = 0, K = 0;
 
@@ -34,6 +46,8 @@ struct GemmParams {
 
   void* workspace = nullptr;  // at least workspace_size(params) bytes, from the caller's allocator
   size_t workspace_bytes = 0;
+
+  SchedulerOptions sched;
 
   int device_id = 0;
   int sm_count = 0;

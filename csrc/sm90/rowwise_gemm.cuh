@@ -124,9 +124,15 @@ struct RowwiseGemm {
          stride_d, static_cast<ElementD*>(p.out), stride_d}};
     args.hw_info.device_id = p.device_id;
     args.hw_info.sm_count = p.sm_count;  // passed in so CUTLASS does not query the device on every call
-    // Visit output tiles in swizzled groups of up to 8 along the minor raster direction, so one wave of CTAs
-    // shares A rows and B columns in L2 instead of streaming all of A (or B) once per wave.
-    args.scheduler.max_swizzle_size = 8;
+    // Tile order (gemm_params.h): bands of max_swizzle tiles across the raster direction, so one wave of CTAs
+    // shares A rows and B columns in L2 instead of streaming all of A (or B) once per wave. CUTLASS rounds the
+    // tile grid up to a multiple of swizzle x cluster, so a wide band on a short side computes empty tiles:
+    // the table picks the band per shape.
+    using RasterOptions = decltype(args.scheduler.raster_order);
+    args.scheduler.max_swizzle_size = p.sched.max_swizzle;
+    args.scheduler.raster_order = p.sched.raster == Raster::kAlongM   ? RasterOptions::AlongM
+                                  : p.sched.raster == Raster::kAlongN ? RasterOptions::AlongN
+                                                                      : RasterOptions::Heuristic;
     if constexpr (Config::kAccum == Accum::kPrecise) {
       args.mainloop.mma_promotion_interval = Config::kPromotionInterval;
     }

@@ -81,7 +81,10 @@ def selected_kernel(M: int, N: int, K: int, out_dtype: torch.dtype = torch.bfloa
                     a_dtype: torch.dtype = torch.float8_e4m3fn, capturing: bool = False) -> Optional[str]:
     """The kernel a row-wise call of this shape would run on an sm_90 GPU: a forced one, else the autotuner's
     remembered choice (when autotuning is on), else the heuristic's; with ``capturing=True``, the one it would
-    run inside CUDA-graph capture (never a stream-K kernel unless forced). None if no built kernel fits."""
+    run inside CUDA-graph capture (never a stream-K kernel unless forced). None if no built kernel fits.
+
+    The name may carry the tile scheduler's options that the dispatch table measured best for the shape, e.g.
+    ``pp_128x128x128_c1x2_fast_bf16@N4`` (raster along N, bands of 4 tiles); ``force_kernel`` accepts it."""
     if not _has_cuda_kernels():
         return None
     return torch.ops.fp8ext._selected_kernel(M, N, K, out_dtype, use_fast_accum, a_dtype, capturing) or None
@@ -89,8 +92,12 @@ def selected_kernel(M: int, N: int, K: int, out_dtype: torch.dtype = torch.bfloa
 
 @contextlib.contextmanager
 def force_kernel(name: Optional[str]) -> Iterator[None]:
-    """Run every row-wise sm_90 call in the block with the named kernel (process-wide; for tests and
-    debugging). The kernel must compute the call's out dtype and accumulation mode, or the call raises."""
+    """Run every row-wise sm_90 call in the block with the named kernel (process-wide; for tests, tuning and
+    debugging). The kernel must compute the call's out dtype and accumulation mode, or the call raises.
+
+    ``name`` may end in ``@`` + raster + band, the persistent tile scheduler's walk over the output tiles in the
+    kernel's own frame (a swapped kernel's M is the call's N): raster ``M``, ``N`` or ``H`` (CUTLASS's
+    heuristic), band width 1, 2, 4 or 8 tiles. ``name`` alone means ``@H8``."""
     if not _has_cuda_kernels():
         raise RuntimeError("fp8ext.force_kernel: this build has no CUDA kernels")
     torch.ops.fp8ext._force_kernel(name or "")

@@ -60,8 +60,9 @@ def _scale_view(s: torch.Tensor, n: int, rows: bool) -> torch.Tensor:
 
 def kernel_dtypes(name: str):
     """(out dtype, fast accumulation?, activation dtype) that a kernel computes, from its name, e.g.
-    swap_pp_64x32x128_c1x1_fast_bf16 or coop_128x128x128_c1x2_precise_bf16_ae5m2 (csrc/sm90/generate_kernels.py)."""
-    parts = name.split("_")
+    swap_pp_64x32x128_c1x1_fast_bf16 or coop_128x128x128_c1x2_precise_bf16_ae5m2 (csrc/sm90/generate_kernels.py);
+    scheduler options after "@" (pp_128x128x128_c1x2_fast_bf16@N4) do not change them."""
+    parts = name.split("@")[0].split("_")
     a_dtype = torch.float8_e5m2 if parts[-1] == "ae5m2" else torch.float8_e4m3fn
     if parts[-1] == "ae5m2":
         parts = parts[:-1]
