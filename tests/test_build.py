@@ -29,3 +29,20 @@ def test_build_info_is_consistent():
             assert sorted(info["kernels"]) == sorted(table)
     else:
         assert info["registered_kernels"] == []
+
+
+def test_dispatch_table_names_built_kernels_and_valid_options():
+    # dispatch.cpp skips a table row whose name does not parse, so a typo would silently fall back to the shape
+    # rules: every row must name a kernel of the generator's table (or the GEMV), with well-formed options.
+    import re
+    sys.path.insert(0, str(ROOT / "csrc" / "sm90"))
+    from generate_kernels import ROWS
+    names = {r.name for r in ROWS} | {f"gemv_m4_precise_{o}" for o in ("bf16", "fp16", "fp32")}
+    text = (ROOT / "csrc" / "sm90" / "heuristic_table.inc").read_text()
+    rows = re.findall(r'^\{OutType::\w+, Accum::\w+, \d+, \d+, \d+, "([^"]+)", "([^"]+)"\},$', text, re.M)
+    assert len(rows) == sum(1 for line in text.splitlines() if line.startswith("{"))
+    assert rows
+    for choice in (c for row in rows for c in row):
+        name, _, opts = choice.partition("@")
+        assert name in names, choice
+        assert opts == "" or (re.fullmatch(r"[HMN][1248]", opts) and not name.startswith("gemv_")), choice
