@@ -11,8 +11,8 @@
 # recorded tune run: tune.py --sweep-from), retable (write csrc/sm90/heuristic_table.inc from this run's tune.json
 # or sweep, and rebuild), bench, multigpu (needs 2 GPUs), invariance (scripts/batch_invariance.py), edge
 # (scripts/edge_numerics.py), sanitize (scripts/sanitize.sh). Wheels that the machine lacks (nvidia-cutlass for
-# the headers) may be placed in .whl/; they are installed to a private prefix first. The build is in place and incremental
-# (build/ is reused when the machine is still warm).
+# the headers) may be placed in .whl/; they are installed to a private prefix first. The build is in place and
+# incremental (build/ is reused when the machine is still warm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR="${FP8EXT_OUT:-gpu_check_out}"
