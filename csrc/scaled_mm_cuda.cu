@@ -106,35 +106,46 @@ sm90::LaunchResult launch(const sm90::KernelEntry& kernel, sm90::GemmParams p, c
   return kernel.launch(p);
 }
 
+// A CUDA event destroyed with its scope, so that a CUDA error thrown mid-measurement does not leak it.
+class ScopedEvent {
+ public:
+  ScopedEvent() { C10_CUDA_CHECK(cudaEventCreate(&event_)); }
+  ~ScopedEvent() { cudaEventDestroy(event_); }  // no check: a destructor must not throw
+  ScopedEvent(const ScopedEvent&) = delete;
+  ScopedEvent& operator=(const ScopedEvent&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
 // The autotuner's stopwatch: the median of a few launches on the call's own stream and operands, after one
 // warm-up launch (which also tells whether the kernel can run this problem at all). Writes into the call's
-// output, which the chosen kernel then overwrites.
+// output, which the chosen kernel then overwrites. Candidates run with the scheduler's default options.
 double time_candidate_us(const sm90::KernelEntry& kernel, const sm90::GemmParams& p, const at::TensorOptions& options) {
   if (!launch(kernel, p, options).ok) return -1.0;
-  cudaEvent_t start = nullptr, stop = nullptr;
-  C10_CUDA_CHECK(cudaEventCreate(&start));
-  C10_CUDA_CHECK(cudaEventCreate(&stop));
+  const ScopedEvent start, stop;
   constexpr int kReps = 5;
   std::array<float, kReps> ms{};
-  bool ok = true;
   for (float& t : ms) {
-    C10_CUDA_CHECK(cudaEventRecord(start, p.stream));
-    ok = launch(kernel, p, options).ok;
-    C10_CUDA_CHECK(cudaEventRecord(stop, p.stream));
-    C10_CUDA_CHECK(cudaEventSynchronize(stop));
-    C10_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    if (!ok) break;
+    C10_CUDA_CHECK(cudaEventRecord(start.get(), p.stream));
+    const bool ok = launch(kernel, p, options).ok;
+    C10_CUDA_CHECK(cudaEventRecord(stop.get(), p.stream));
+    C10_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+    C10_CUDA_CHECK(cudaEventElapsedTime(&t, start.get(), stop.get()));
+    if (!ok) return -1.0;
   }
-  C10_CUDA_CHECK(cudaEventDestroy(start));
-  C10_CUDA_CHECK(cudaEventDestroy(stop));
-  if (!ok) return -1.0;
   std::sort(ms.begin(), ms.end());
   return 1000.0 * ms[kReps / 2];
 }
 
 // A kernel forced by name wins (it must compute this key); then, when autotuning is on, the bucket's
 // remembered choice (a stream-K one only outside graph capture); then the heuristic. Empty if none fits.
-sm90::KernelChoice chosen_kernel(const sm90::ProblemKey& key, const cudaDeviceProp& props, bool capturing) {
+// When autotuning is on and the bucket has no choice yet, *untuned_bucket (if given) receives its name, so that
+// the caller can tune it without computing the bucket again (never during capture: timing needs
+// synchronisation, and the capture would record every candidate).
+sm90::KernelChoice chosen_kernel(const sm90::ProblemKey& key, const cudaDeviceProp& props, bool capturing,
+                                 std::string* untuned_bucket = nullptr) {
   if (const sm90::KernelChoice forced = sm90::forced_kernel()) {
     TORCH_CHECK(sm90::kernel_matches(*forced.kernel, key), "fp8ext.scaled_mm: the forced kernel '",
                 forced.kernel->name, "' does not compute this call (", sm90::describe(key),
@@ -142,9 +153,13 @@ sm90::KernelChoice chosen_kernel(const sm90::ProblemKey& key, const cudaDevicePr
     return forced;
   }
   if (sm90::autotune_enabled()) {
-    const sm90::KernelEntry* tuned =
-        sm90::autotune_lookup(sm90::autotune_bucket(key, props.name, props.multiProcessorCount), key);
-    if (tuned != nullptr && !(capturing && sm90::needs_workspace(*tuned))) return {tuned, {}};
+    std::string bucket = sm90::autotune_bucket(key, props.name, props.multiProcessorCount);
+    const sm90::KernelEntry* tuned = sm90::autotune_lookup(bucket, key);
+    if (tuned == nullptr) {
+      if (untuned_bucket != nullptr && !capturing) *untuned_bucket = std::move(bucket);
+    } else if (!(capturing && sm90::needs_workspace(*tuned))) {
+      return {tuned, {}};
+    }
   }
   return sm90::heuristic_kernel(key, props.multiProcessorCount, /*allow_workspace=*/!capturing);
 }
@@ -154,7 +169,8 @@ at::Tensor run_sm90(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
                     const sm90::ProblemKey& key, const cudaDeviceProp& props) {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(a.get_device()).stream();
   const bool capturing = stream_is_capturing(stream);
-  sm90::KernelChoice choice = chosen_kernel(key, props, capturing);
+  std::string untuned_bucket;
+  sm90::KernelChoice choice = chosen_kernel(key, props, capturing, &untuned_bucket);
   if (!choice) {
     TORCH_WARN_ONCE("fp8ext.scaled_mm: this build has no sm_90a kernel for ", sm90::describe(key),
                     "; using the float32 reference path (correct, much slower)");
@@ -164,18 +180,14 @@ at::Tensor run_sm90(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
   at::Tensor out = at::empty({problem.M, problem.N}, a.options().dtype(problem.out_dtype));
   sm90::GemmParams p = gemm_params(a, b, scale_a, scale_b, bias, problem, out, props.multiProcessorCount, stream);
 
-  // Autotuning: the first call of a bucket not yet tuned times every candidate (never while a graph is being
-  // captured: timing needs synchronisation, and the capture would record every candidate).
-  if (!capturing && !sm90::forced_kernel() && sm90::autotune_enabled()) {
-    const std::string bucket = sm90::autotune_bucket(key, props.name, props.multiProcessorCount);
-    if (sm90::autotune_lookup(bucket, key) == nullptr) {
-      std::string file_error;
-      const sm90::KernelEntry* tuned = sm90::autotune_tune(
-          bucket, key, [&](const sm90::KernelEntry& k) { return time_candidate_us(k, p, a.options()); },
-          &file_error);
-      if (!file_error.empty()) TORCH_WARN("fp8ext.autotune: could not save the cache file: ", file_error);
-      if (tuned != nullptr) choice = {tuned, {}};
-    }
+  // Autotuning: the first call of a bucket not yet tuned times every candidate.
+  if (!untuned_bucket.empty()) {
+    std::string file_error;
+    const sm90::KernelEntry* tuned = sm90::autotune_tune(
+        untuned_bucket, key, [&](const sm90::KernelEntry& k) { return time_candidate_us(k, p, a.options()); },
+        &file_error);
+    if (!file_error.empty()) TORCH_WARN("fp8ext.autotune: could not save the cache file: ", file_error);
+    if (tuned != nullptr) choice = {tuned, {}};
   }
 
   p.sched = choice.sched;

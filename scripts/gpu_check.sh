@@ -82,11 +82,13 @@ if [[ $STAGES == *,tune,* ]]; then
 fi
 
 # The tile scheduler's options (raster x band) for the best kernels of a recorded tune run, rows with M >= 256.
+# Measured at the bench's length (100 ms): the card is power-capped, and 10 ms bursts run before the cap bites,
+# which favoured walks that lost up to 14% in the sustained bench (docs/perf_notes.md, session 4).
 SWEEP_BASE=${FP8EXT_SWEEP_BASE:-bench/tuning/h200-2026-11-29-run2.json}
 if [[ $STAGES == *,sweep,* ]]; then
   sweep_log=${TMPDIR:-/tmp}/fp8ext-sweep.log
-  $PY scripts/tune.py --sweep-from "$SWEEP_BASE" --out "$OUT_DIR/sched.json" --rep-ms "${FP8EXT_SWEEP_REP_MS:-10}" \
-    --deadline "$DEADLINE" >"$sweep_log" 2>&1 || { tail -30 "$sweep_log"; exit 1; }
+  $PY scripts/tune.py --sweep-from "$SWEEP_BASE" --out "$OUT_DIR/sched.json" --rep-ms "${FP8EXT_SWEEP_REP_MS:-100}" \
+    --deadline "$DEADLINE" ${FP8EXT_SWEEP_ARGS:-} >"$sweep_log" 2>&1 || { tail -30 "$sweep_log"; exit 1; }
   tail -3 "$sweep_log"
 fi
 

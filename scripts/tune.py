@@ -123,7 +123,8 @@ def heat_up(seconds: float = 3.0) -> None:
         torch.cuda.synchronize()
 
 
-def sweep(base: dict, out_path: Path, rep_ms: int, min_m: int, deadline: float | None = None) -> dict:
+def sweep(base: dict, out_path: Path, rep_ms: int, min_m: int, deadline: float | None = None,
+          only: set[tuple[int, int, int, bool]] | None = None) -> dict:
     import time
 
     import torch
@@ -133,7 +134,8 @@ def sweep(base: dict, out_path: Path, rep_ms: int, min_m: int, deadline: float |
 
     timer = Timer(rep_ms=rep_ms, warmup_ms=max(5, rep_ms // 4))
     built = set(fp8ext.kernel_names())
-    todo = [r for r in base["rows"] if r["M"] >= min_m]
+    todo = [r for r in base["rows"] if r["M"] >= min_m
+            and (only is None or (r["M"], r["N"], r["K"], r["use_fast_accum"]) in only)]
     rows = []
     result = {"commit": git_commit(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
               "method": f"do_bench median rep={rep_ms} ms, L2 flushed, card heated to its power limit first; "
@@ -206,11 +208,19 @@ def main() -> int:
     p.add_argument("--sweep-from", type=Path, help="with --out: sweep the scheduler options on this run's best")
     p.add_argument("--sweep", type=Path, help="with --from-json: a recorded scheduler sweep to merge")
     p.add_argument("--min-m", type=int, default=256, help="the sweep covers rows with M >= this")
+    p.add_argument("--rows", help="sweep only these rows: MxNxK:fast|precise[,...]")
     args = p.parse_args()
     if args.sweep_from:
         if not args.out:
             p.error("--sweep-from needs --out")
-        sweep(json.loads(args.sweep_from.read_text()), args.out, args.rep_ms, args.min_m, args.deadline)
+        only = None
+        if args.rows:
+            only = set()
+            for item in args.rows.split(","):
+                shape, _, accum = item.partition(":")
+                m, n, k = (int(x) for x in shape.split("x"))
+                only.add((m, n, k, accum == "fast"))
+        sweep(json.loads(args.sweep_from.read_text()), args.out, args.rep_ms, args.min_m, args.deadline, only)
         return 0
     if args.from_json:
         result, source = json.loads(args.from_json.read_text()), args.from_json
