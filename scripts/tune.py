@@ -95,6 +95,24 @@ def measure(out_path: Path, rep_ms: int, ms: list[int] | None, deadline: float |
 SCHED_OPTIONS = [f"@{r}{w}" for r in "MN" for w in (1, 2, 4, 8)]
 
 
+def parse_rows(text: str) -> set[tuple[int, int, int, bool]]:
+    """'MxNxK:fast,MxNxK:precise' -> {(M, N, K, use_fast_accum)}."""
+    out = set()
+    for item in text.split(","):
+        shape, _, accum = item.partition(":")
+        if accum not in ("fast", "precise"):
+            raise SystemExit(f"--rows: {item!r} does not end in :fast or :precise")
+        m, n, k = (int(x) for x in shape.lower().split("x"))
+        out.add((m, n, k, accum == "fast"))
+    return out
+
+
+def rows_below(bench: dict, ratio: float) -> set[tuple[int, int, int, bool]]:
+    """The rows of a bench run where torch row-wise time / fp8ext time < ratio."""
+    return {(r["M"], r["N"], r["K"], r["use_fast_accum"]) for r in bench["rows"]
+            if r["torch_rowwise_us"] / r["fp8ext_us"] < ratio}
+
+
 def sweep_candidates(row: dict, top: int = 2) -> list[str]:
     """The `top` fastest kernels of a base-run row, plus its fastest one without a workspace."""
     ranked = sorted((k for k in row["kernels"] if not k.startswith("gemv_")), key=row["kernels"].get)
@@ -209,17 +227,19 @@ def main() -> int:
     p.add_argument("--sweep", type=Path, help="with --from-json: a recorded scheduler sweep to merge")
     p.add_argument("--min-m", type=int, default=256, help="the sweep covers rows with M >= this")
     p.add_argument("--rows", help="sweep only these rows: MxNxK:fast|precise[,...]")
+    p.add_argument("--below", type=Path, help="sweep only the rows where this bench JSON (python -m fp8ext.bench "
+                                              "--json) has fp8ext slower than --below-ratio x torch row-wise")
+    p.add_argument("--below-ratio", type=float, default=0.97)
     args = p.parse_args()
     if args.sweep_from:
         if not args.out:
             p.error("--sweep-from needs --out")
         only = None
         if args.rows:
-            only = set()
-            for item in args.rows.split(","):
-                shape, _, accum = item.partition(":")
-                m, n, k = (int(x) for x in shape.split("x"))
-                only.add((m, n, k, accum == "fast"))
+            only = parse_rows(args.rows)
+        if args.below:
+            below = rows_below(json.loads(args.below.read_text()), args.below_ratio)
+            only = below if only is None else only & below
         sweep(json.loads(args.sweep_from.read_text()), args.out, args.rep_ms, args.min_m, args.deadline, only)
         return 0
     if args.from_json:

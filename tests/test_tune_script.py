@@ -1,0 +1,74 @@
+"""scripts/tune.py's bookkeeping, without a GPU: which rows a sweep measures, how a sweep merges into the base
+run, and which kernels the generated table names (the dispatch table is only as good as this)."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import tune  # noqa: E402
+
+PP = "pp_128x128x128_c1x2_fast_bf16"
+SK = "sk_128x128x128_c1x1_fast_bf16"
+COOP = "coop_128x256x128_c2x1_fast_bf16"
+
+
+def row(M, kernels, fast=True, N=4096, K=4096):
+    return {"M": M, "N": N, "K": K, "use_fast_accum": fast, "kernels": kernels,
+            "torch_rowwise_us": 10.0, "torch_tensorwise_us": 10.0}
+
+
+def test_sweep_candidates_keep_a_kernel_without_workspace():
+    r = row(512, {SK: 1.0, "swap_sk_128x32x128_c1x1_fast_bf16": 1.1, PP: 2.0, COOP: 3.0, "gemv_m4_precise_bf16": 0.5})
+    assert tune.sweep_candidates(r) == [SK, "swap_sk_128x32x128_c1x1_fast_bf16", PP]
+    assert tune.sweep_candidates(row(512, {PP: 1.0, SK: 1.5, COOP: 2.0})) == [PP, SK]
+
+
+def test_merge_replaces_only_the_swept_rows():
+    base = {"commit": "base", "gpu": "H200", "torch": "t", "rows": [row(256, {PP: 2.0}), row(512, {PP: 2.0})]}
+    sched = {"commit": "sweep", "rows": [row(512, {PP + "@M8": 1.5, PP + "@N1": 1.8})]}
+    merged = tune.merge_sweep(base, sched)
+    assert merged["rows"][0] is base["rows"][0]
+    assert merged["rows"][1]["kernels"] == {PP + "@M8": 1.5, PP + "@N1": 1.8}
+    assert "base" in merged["commit"] and "sweep" in merged["commit"]
+    assert base["rows"][1]["kernels"] == {PP: 2.0}  # the base run itself is not modified
+
+
+def test_table_capture_column_skips_stream_k_with_options(tmp_path, monkeypatch):
+    table = tmp_path / "table.inc"
+    monkeypatch.setattr(tune, "TABLE", table)
+    monkeypatch.setattr(tune, "ROOT", tmp_path)
+    result = {"gpu": "H200", "torch": "t", "commit": "c",
+              "rows": [row(512, {SK + "@M4": 1.0, PP + "@N8": 1.2, PP + "@M1": 1.3})]}
+    tune.write_table(result, "test")
+    lines = [line for line in table.read_text().splitlines() if line.startswith("{")]
+    assert lines == [f'{{OutType::kBF16, Accum::kFast, 512, 4096, 4096, "{SK}@M4", "{PP}@N8"}},']
+
+
+def test_row_selection():
+    assert tune.parse_rows("16384x8192x8192:fast,8X16X32:precise") == {(16384, 8192, 8192, True),
+                                                                         (8, 16, 32, False)}
+    with pytest.raises(SystemExit):
+        tune.parse_rows("16384x8192x8192")
+    bench = {"rows": [dict(row(1, {}), fp8ext_us=11.0), dict(row(2, {}), fp8ext_us=10.0),
+                      dict(row(3, {}, fast=False), fp8ext_us=10.2)]}
+    assert tune.rows_below(bench, 0.97) == {(1, 4096, 4096, True)}
+    assert tune.rows_below(bench, 0.99) == {(1, 4096, 4096, True), (3, 4096, 4096, False)}
+
+
+def test_recorded_tables_are_reproducible():
+    # The committed table is what the committed runs produce (run2 merged with the sustained 4-row sweep).
+    run2 = json.loads((ROOT / "bench/tuning/h200-2026-11-29-run2.json").read_text())
+    sweep = json.loads((ROOT / "bench/tuning/h200-2026-11-29-sched100-89f6ac2.json").read_text())
+    merged = tune.merge_sweep(run2, sweep)
+    expected = []
+    for r in sorted(merged["rows"], key=lambda r: (not r["use_fast_accum"], r["N"] * r["K"], r["M"])):
+        times = r["kernels"]
+        no_ws = {k: t for k, t in times.items() if k.split("@")[0] not in tune.WORKSPACE_KERNELS}
+        if times and no_ws:
+            expected.append((min(times, key=times.get), min(no_ws, key=no_ws.get)))
+    text = (ROOT / "csrc/sm90/heuristic_table.inc").read_text()
+    actual = [tuple(line.split('"')[1::2]) for line in text.splitlines() if line.startswith("{")]
+    assert actual == expected
