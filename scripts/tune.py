@@ -224,7 +224,8 @@ def main() -> int:
     p.add_argument("--ms", help="comma-separated M values (default: the llama grid)")
     p.add_argument("--deadline", type=float, help="stop measuring at this Unix time (seconds)")
     p.add_argument("--sweep-from", type=Path, help="with --out: sweep the scheduler options on this run's best")
-    p.add_argument("--sweep", type=Path, help="with --from-json: a recorded scheduler sweep to merge")
+    p.add_argument("--sweep", type=Path, action="append",
+                   help="with --from-json: a recorded scheduler sweep to merge (repeatable; later ones win)")
     p.add_argument("--min-m", type=int, default=256, help="the sweep covers rows with M >= this")
     p.add_argument("--rows", help="sweep only these rows: MxNxK:fast|precise[,...]")
     p.add_argument("--below", type=Path, help="sweep only the rows where this bench JSON (python -m fp8ext.bench "
@@ -244,9 +245,9 @@ def main() -> int:
         return 0
     if args.from_json:
         result, source = json.loads(args.from_json.read_text()), args.from_json
-        if args.sweep:
-            result = merge_sweep(result, json.loads(args.sweep.read_text()))
-            source = f"{args.from_json} + {args.sweep}"
+        for sweep_path in args.sweep or []:
+            result = merge_sweep(result, json.loads(sweep_path.read_text()))
+            source = f"{source} + {sweep_path}"
     elif args.out:
         result = measure(args.out, args.rep_ms, [int(m) for m in args.ms.split(",")] if args.ms else None,
                          args.deadline)
