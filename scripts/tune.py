@@ -51,6 +51,32 @@ def candidates(names: list[str], M: int, fast: bool) -> list[str]:
     return out
 
 
+def time_forced(timer, names, call) -> dict[str, float]:
+    """Median time of call() with each named kernel (a KernelChoice's written form) forced in turn."""
+    import fp8ext
+
+    times = {}
+    for name in names:
+        with fp8ext.force_kernel(name):
+            times[name] = timer(call)
+    return times
+
+
+def report(i: int, total: int, row: dict) -> None:
+    """One progress line: the row's fastest kernel against torch row-wise."""
+    best = min(row["kernels"], key=row["kernels"].get)
+    print(f"[{i + 1}/{total}] {row['M']}x{row['N']}x{row['K']} {'fast' if row['use_fast_accum'] else 'precise'}: "
+          f"best {best} {row['kernels'][best]:.1f} us, torch row-wise {row['torch_rowwise_us']:.1f} us "
+          f"({row['torch_rowwise_us'] / row['kernels'][best]:.2f}x)", flush=True)
+
+
+def save(result: dict, out_path: Path, complete: bool) -> None:
+    """Rewritten after every shape, so a run stopped by a time limit still leaves its measurements."""
+    result["complete"] = complete
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(result, indent=1) + "\n")
+
+
 def measure(out_path: Path, rep_ms: int, ms: list[int] | None, deadline: float | None = None) -> dict:
     import time
 
@@ -73,22 +99,15 @@ def measure(out_path: Path, rep_ms: int, ms: list[int] | None, deadline: float |
         a, b, sa, sb, st_a, st_b = make_operands(M, N, K)
         for fast in (True, False):
             kw = dict(out_dtype=torch.bfloat16, use_fast_accum=fast)
-            row = {"M": M, "N": N, "K": K, "use_fast_accum": fast, "kernels": {}}
-            for name in candidates(names, M, fast):
-                with fp8ext.force_kernel(name):
-                    row["kernels"][name] = timer(lambda: fp8ext.scaled_mm(a, b, sa, sb, **kw))
+            row = {"M": M, "N": N, "K": K, "use_fast_accum": fast,
+                   "kernels": time_forced(timer, candidates(names, M, fast),
+                                          lambda: fp8ext.scaled_mm(a, b, sa, sb, **kw))}
             row["torch_rowwise_us"] = timer(lambda: torch._scaled_mm(a, b, sa, sb, **kw))
             row["torch_tensorwise_us"] = timer(lambda: torch._scaled_mm(a, b, st_a, st_b, **kw))
             rows.append(row)
-            best = min(row["kernels"], key=row["kernels"].get)
-            print(f"[{i + 1}/{len(grid)}] {M}x{N}x{K} {'fast' if fast else 'precise'}: best {best} "
-                  f"{row['kernels'][best]:.1f} us, torch row-wise {row['torch_rowwise_us']:.1f} us "
-                  f"({row['torch_rowwise_us'] / row['kernels'][best]:.2f}x)", flush=True)
+            report(i, len(grid), row)
         del a, b, sa, sb, st_a, st_b
-        # Rewritten after every shape, so a run stopped by a time limit still leaves its measurements.
-        result["complete"] = i + 1 == len(grid)
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(json.dumps(result, indent=1) + "\n")
+        save(result, out_path, i + 1 == len(grid))
     return result
 
 
@@ -165,23 +184,16 @@ def sweep(base: dict, out_path: Path, rep_ms: int, min_m: int, deadline: float |
             print(f"deadline reached after {i} of {len(todo)} rows; the JSON holds what was measured")
             break
         M, N, K, fast = base_row["M"], base_row["N"], base_row["K"], base_row["use_fast_accum"]
-        a, b, sa, sb, st_a, st_b = make_operands(M, N, K)
+        a, b, sa, sb, _, _ = make_operands(M, N, K)
         kw = dict(out_dtype=torch.bfloat16, use_fast_accum=fast)
-        row = {"M": M, "N": N, "K": K, "use_fast_accum": fast, "kernels": {}}
-        for name in (k for k in sweep_candidates(base_row) if k in built):
-            for opts in SCHED_OPTIONS:
-                with fp8ext.force_kernel(name + opts):
-                    row["kernels"][name + opts] = timer(lambda: fp8ext.scaled_mm(a, b, sa, sb, **kw))
+        choices = [k + opts for k in sweep_candidates(base_row) if k in built for opts in SCHED_OPTIONS]
+        row = {"M": M, "N": N, "K": K, "use_fast_accum": fast,
+               "kernels": time_forced(timer, choices, lambda: fp8ext.scaled_mm(a, b, sa, sb, **kw))}
         row["torch_rowwise_us"] = timer(lambda: torch._scaled_mm(a, b, sa, sb, **kw))
         rows.append(row)
-        best = min(row["kernels"], key=row["kernels"].get)
-        print(f"[{i + 1}/{len(todo)}] {M}x{N}x{K} {'fast' if fast else 'precise'}: best {best} "
-              f"{row['kernels'][best]:.1f} us, torch row-wise {row['torch_rowwise_us']:.1f} us "
-              f"({row['torch_rowwise_us'] / row['kernels'][best]:.2f}x)", flush=True)
-        del a, b, sa, sb, st_a, st_b
-        result["complete"] = i + 1 == len(todo)
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(json.dumps(result, indent=1) + "\n")
+        report(i, len(todo), row)
+        del a, b, sa, sb
+        save(result, out_path, i + 1 == len(todo))
     return result
 
 
