@@ -132,12 +132,14 @@ def rows_below(bench: dict, ratio: float) -> set[tuple[int, int, int, bool]]:
             if r["torch_rowwise_us"] / r["fp8ext_us"] < ratio}
 
 
-def sweep_candidates(row: dict, top: int = 2) -> list[str]:
-    """The `top` fastest kernels of a base-run row, plus its fastest one without a workspace."""
+def sweep_candidates(row: dict, top: int = 2, extra: tuple[str, ...] = ()) -> list[str]:
+    """The `top` fastest kernels of a base-run row, plus its fastest one without a workspace, plus those of the
+    `extra` kernels (new since the base run) that candidates() would time at this row's M."""
     ranked = sorted((k for k in row["kernels"] if not k.startswith("gemv_")), key=row["kernels"].get)
     picked = ranked[:top]
     if all(k in WORKSPACE_KERNELS for k in picked):
         picked += [k for k in ranked if k not in WORKSPACE_KERNELS][:1]
+    picked += [k for k in candidates(list(extra), row["M"], row["use_fast_accum"]) if k not in picked]
     return picked
 
 
@@ -161,7 +163,7 @@ def heat_up(seconds: float = 3.0) -> None:
 
 
 def sweep(base: dict, out_path: Path, rep_ms: int, min_m: int, deadline: float | None = None,
-          only: set[tuple[int, int, int, bool]] | None = None) -> dict:
+          only: set[tuple[int, int, int, bool]] | None = None, extra: tuple[str, ...] = ()) -> dict:
     import time
 
     import torch
@@ -176,7 +178,8 @@ def sweep(base: dict, out_path: Path, rep_ms: int, min_m: int, deadline: float |
     rows = []
     result = {"commit": git_commit(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
               "method": f"do_bench median rep={rep_ms} ms, L2 flushed, card heated to its power limit first; "
-                        f"scheduler options {SCHED_OPTIONS} of the 2 best kernels per row of {base.get('commit')}",
+                        f"scheduler options {SCHED_OPTIONS} of the 2 best kernels per row of {base.get('commit')}"
+                        + (f" and of the new kernels {list(extra)} where they fit the row's M" if extra else ""),
               "complete": False, "rows": rows}
     heat_up()
     for i, base_row in enumerate(todo):
@@ -186,7 +189,7 @@ def sweep(base: dict, out_path: Path, rep_ms: int, min_m: int, deadline: float |
         M, N, K, fast = base_row["M"], base_row["N"], base_row["K"], base_row["use_fast_accum"]
         a, b, sa, sb, _, _ = make_operands(M, N, K)
         kw = dict(out_dtype=torch.bfloat16, use_fast_accum=fast)
-        choices = [k + opts for k in sweep_candidates(base_row) if k in built for opts in SCHED_OPTIONS]
+        choices = [k + opts for k in sweep_candidates(base_row, extra=extra) if k in built for opts in SCHED_OPTIONS]
         row = {"M": M, "N": N, "K": K, "use_fast_accum": fast,
                "kernels": time_forced(timer, choices, lambda: fp8ext.scaled_mm(a, b, sa, sb, **kw))}
         row["torch_rowwise_us"] = timer(lambda: torch._scaled_mm(a, b, sa, sb, **kw))
@@ -243,6 +246,10 @@ def main() -> int:
     p.add_argument("--below", type=Path, help="sweep only the rows where this bench JSON (python -m fp8ext.bench "
                                               "--json) has fp8ext slower than --below-ratio x torch row-wise")
     p.add_argument("--below-ratio", type=float, default=0.97)
+    p.add_argument("--with-m", help="also sweep every row with M in this comma-separated list (a union with the "
+                                    "rows --rows/--below pick)")
+    p.add_argument("--extra", default="", help="comma-separated kernels new since the base run, timed in the "
+                                               "sweep wherever candidates() would time them at the row's M")
     args = p.parse_args()
     if args.sweep_from:
         if not args.out:
@@ -253,7 +260,13 @@ def main() -> int:
         if args.below:
             below = rows_below(json.loads(args.below.read_text()), args.below_ratio)
             only = below if only is None else only & below
-        sweep(json.loads(args.sweep_from.read_text()), args.out, args.rep_ms, args.min_m, args.deadline, only)
+        base = json.loads(args.sweep_from.read_text())
+        if args.with_m:
+            ms = {int(m) for m in args.with_m.split(",")}
+            only = (only or set()) | {(r["M"], r["N"], r["K"], r["use_fast_accum"]) for r in base["rows"]
+                                      if r["M"] in ms}
+        extra = tuple(k for k in args.extra.split(",") if k)
+        sweep(base, args.out, args.rep_ms, args.min_m, args.deadline, only, extra)
         return 0
     if args.from_json:
         result, source = json.loads(args.from_json.read_text()), args.from_json

@@ -26,6 +26,13 @@ def test_sweep_candidates_keep_a_kernel_without_workspace():
     assert tune.sweep_candidates(row(512, {PP: 1.0, SK: 1.5, COOP: 2.0})) == [PP, SK]
 
 
+def test_sweep_candidates_add_new_kernels_only_where_they_fit_m():
+    new = ("swap_pp_64x128x128_c1x1_fast_bf16", "swap_pp_64x128x128_c1x1_precise_bf16")
+    assert tune.sweep_candidates(row(128, {PP: 1.0, COOP: 2.0}), extra=new) == [PP, COOP, new[0]]
+    assert tune.sweep_candidates(row(128, {}, fast=False), extra=new) == [new[1]]
+    assert tune.sweep_candidates(row(1024, {PP: 1.0, COOP: 2.0}), extra=new) == [PP, COOP]  # swapped: M <= 512
+
+
 def test_merge_replaces_only_the_swept_rows():
     base = {"commit": "base", "gpu": "H200", "torch": "t", "rows": [row(256, {PP: 2.0}), row(512, {PP: 2.0})]}
     sched = {"commit": "sweep", "rows": [row(512, {PP + "@M8": 1.5, PP + "@N1": 1.8})]}

@@ -59,6 +59,9 @@ def _rows() -> list[Row]:
     # --- bf16 output, fast accumulation: the main product. ---
     # Decode (M <= 64): swap A/B so the tokens are the MMA's narrow N and the weight rows fill its 64-row M.
     rows += [Row("pp", (64, n, 128), (1, 1), "fast", "bf16", swap_ab=True) for n in (16, 32, 64)]
+    # M 65..128: swapped 64-row weight tiles keep twice as many tiles as 128-row ones, so a weight of a few
+    # hundred 128-row tiles fills its last wave better (57344 rows: 448 tiles = 3.4 waves, 896 = 6.8).
+    rows.append(Row("pp", (64, 128, 128), (1, 1), "fast", "bf16", swap_ab=True))
     # M around 128 with weights too few tiles wide for a full wave: swapped, 128-row tiles along the weights.
     rows.append(Row("pp", (128, 128, 128), (1, 1), "fast", "bf16", swap_ab=True))
     # Few deep tiles (small N, large K): stream-K spreads K over the idle SMs.
@@ -73,7 +76,7 @@ def _rows() -> list[Row]:
     # --- bf16 output, precise accumulation (fp32 promotion every 128 of K). A promoting warpgroup holds two
     # accumulators, so a warpgroup's share of a tile stays at 64 x 128 or below: coop 128x256 precise spilled 820
     # bytes (ptxas, 2026-11-29). ---
-    rows += [Row("pp", (64, n, 128), (1, 1), "precise", "bf16", swap_ab=True) for n in (32, 64)]
+    rows += [Row("pp", (64, n, 128), (1, 1), "precise", "bf16", swap_ab=True) for n in (32, 64, 128)]
     rows.append(Row("pp", (64, 128, 128), (1, 1), "precise", "bf16"))
     rows.append(Row("coop", (128, 128, 128), (1, 2), "precise", "bf16"))
     # Each promotion drains the warpgroup's wgmma pipeline (GmmaFP8Accumulation waits for all MMAs): a wider tile
