@@ -5,7 +5,9 @@
     python -m fp8ext.bench --suite custom --shapes 16x4096x4096,8192x8192x8192
     python -m fp8ext.bench --suite llama --json bench/results/run.json --plot bench/results/run.png
 
-Times are medians of triton.testing.do_bench (L2 flushed before every call), on fresh random inputs. Peers:
+Times are medians of triton.testing.do_bench calls (L2 flushed before every call), on fresh random inputs, taken in
+interleaved turns (--rounds, the peer order rotated each turn) so that a clock wandering under the power cap
+lands on every peer alike. Peers:
 torch._scaled_mm row-wise (one fp32 scale per row of a and per column of b, like fp8ext) and tensor-wise
 (cuBLAS with one scale each), with the same use_fast_accum; optionally torch.compile max-autotune of
 _scaled_mm with persistent TMA templates (--compile-peer).
@@ -88,21 +90,47 @@ class Timer:
             self._flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
 
     def __call__(self, fn: Callable[[], object]) -> float:
+        return _median(self.samples(fn))
+
+    def samples(self, fn: Callable[[], object], rep_ms: Optional[float] = None,
+                warmup_ms: Optional[float] = None) -> list[float]:
+        """Every timed call of fn() in microseconds, about rep_ms of them after warmup_ms of untimed calls."""
+        rep = self.rep_ms if rep_ms is None else rep_ms
+        warmup = self.warmup_ms if warmup_ms is None else warmup_ms
         if self._do_bench is not None:
-            return 1e3 * self._do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, return_mode="median")
+            return [1e3 * t for t in self._do_bench(fn, warmup=warmup, rep=rep, return_mode="all")]
         for _ in range(3):
             fn()
         times = []
-        for _ in range(max(5, self.rep_ms // 5)):
+        for _ in range(max(5, int(rep) // 5)):
             self._flush.zero_()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end))
-        times.sort()
-        return 1e3 * times[len(times) // 2]
+            times.append(1e3 * start.elapsed_time(end))
+        return times
+
+    def interleaved(self, fns: dict[str, Callable[[], object]], rounds: int = 3) -> dict[str, float]:
+        """Median time of each fn, its samples taken in `rounds` turns of rep_ms / rounds each, the order of the
+        fns rotated by one every round. Under the H200's power cap the SM clock wanders on a scale of
+        seconds (scripts/clock_probe.py); timing the peers one after another in one fixed order hands each
+        its own stretch of that wander, and single rows moved by up to 8% between runs. Interleaved turns
+        spread the wander over every peer alike."""
+        names = list(fns)
+        times: dict[str, list[float]] = {n: [] for n in names}
+        for r in range(rounds):
+            for n in names[r % len(names):] + names[: r % len(names)]:
+                warmup = self.warmup_ms if r == 0 else max(5.0, self.warmup_ms / rounds)
+                times[n] += self.samples(fns[n], rep_ms=self.rep_ms / rounds, warmup_ms=warmup)
+        return {n: _median(t) for n, t in times.items()}
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else 0.5 * (xs[mid - 1] + xs[mid])
 
 
 def make_operands(M: int, N: int, K: int, device="cuda"):
@@ -132,7 +160,7 @@ def _compiled_peer():
 
 
 def run_gpu(shapes, accums: Iterable[bool], timer: Timer, compile_peer: bool = False, check: bool = True,
-            progress: bool = True) -> list[dict]:
+            progress: bool = True, rounds: int = 3) -> list[dict]:
     rows = []
     compiled = _compiled_peer() if compile_peer else None
     work = [(s, f) for s in shapes for f in accums]
@@ -146,14 +174,14 @@ def run_gpu(shapes, accums: Iterable[bool], timer: Timer, compile_peer: bool = F
             out = ours()[rows_idx]
             check_against_reference(out, a[rows_idx], b, sa[rows_idx], sb, use_fast_accum=fast,
                                     what=f"bench M={M} N={N} K={K} fast={fast}")
-        row = {"M": M, "N": N, "K": K, "use_fast_accum": fast,
-               "kernel": ops.selected_kernel(M, N, K, torch.bfloat16, fast),
-               "fp8ext_us": timer(ours),
-               "torch_rowwise_us": timer(lambda: torch._scaled_mm(a, b, sa, sb, **kw)),
-               "torch_tensorwise_us": timer(lambda: torch._scaled_mm(a, b, st_a, st_b, **kw))}
+        peers = {"fp8ext_us": ours,
+                 "torch_rowwise_us": lambda: torch._scaled_mm(a, b, sa, sb, **kw),
+                 "torch_tensorwise_us": lambda: torch._scaled_mm(a, b, st_a, st_b, **kw)}
         if compiled is not None:
-            compiled(a, b, sa, sb, fast)
-            row["torch_compile_rowwise_us"] = timer(lambda: compiled(a, b, sa, sb, fast))
+            compiled(a, b, sa, sb, fast)  # compiles (and autotunes) outside the timed turns
+            peers["torch_compile_rowwise_us"] = lambda: compiled(a, b, sa, sb, fast)
+        row = {"M": M, "N": N, "K": K, "use_fast_accum": fast,
+               "kernel": ops.selected_kernel(M, N, K, torch.bfloat16, fast), **timer.interleaved(peers, rounds)}
         rows.append(row)
         del a, b, sa, sb, st_a, st_b
         bar(f"{M}x{N}x{K} {'fast' if fast else 'precise'}: {row['torch_rowwise_us'] / row['fp8ext_us']:.2f}x")
@@ -296,11 +324,16 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write the results (rows, summary, commit, GPU, torch, date) to this file")
     p.add_argument("--plot", help="write a PNG plot (TFLOP/s vs M per weight shape) here")
     p.add_argument("--rep-ms", type=int, default=100, help="do_bench repetition time per measurement")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="interleaved turns per shape: every peer is timed for rep-ms / rounds per turn, in an order "
+                        "rotated each turn (1 = one block per peer, the method of the records before 2026-11-30)")
     p.add_argument("--compile-peer", action="store_true", help="also time torch.compile max-autotune _scaled_mm")
     p.add_argument("--no-check", action="store_true", help="skip the float64 spot check of each shape")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
 
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0) and ops.kernel_names()):
         return cpu_demo()
 
@@ -308,7 +341,7 @@ def main(argv=None) -> int:
     accums = [a.strip() == "fast" for a in args.accum.split(",")]
     torch.backends.cuda.matmul.allow_tf32 = False
     rows = run_gpu(shapes, accums, Timer(rep_ms=args.rep_ms), compile_peer=args.compile_peer,
-                   check=not args.no_check, progress=not args.quiet)
+                   check=not args.no_check, progress=not args.quiet, rounds=args.rounds)
     print_table(rows)
     summary = summarize(rows)
     print("\ngeomean speed-up of fp8ext (peer time / fp8ext time):")
@@ -322,7 +355,8 @@ def main(argv=None) -> int:
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "suite": args.suite,
         "host": platform.node(),
-        "method": f"triton.testing.do_bench median, rep={args.rep_ms} ms, L2 flushed, fresh random inputs",
+        "method": f"triton.testing.do_bench, L2 flushed, fresh random inputs; median of all calls of {args.rounds} "
+                  f"interleaved turns of {args.rep_ms / args.rounds:.0f} ms per peer, peer order rotated each turn",
         "summary": summary,
         "rows": rows,
     }
