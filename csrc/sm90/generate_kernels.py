@@ -84,10 +84,6 @@ def _rows() -> list[Row]:
     rows.append(Row("coop", (128, 192, 128), (1, 2), "precise", "bf16"))
     rows.append(Row("coop", (128, 192, 128), (1, 2), "precise", "bf16", promotion=8))
     rows.append(Row("coop", (128, 128, 128), (1, 2), "precise", "bf16", promotion=8))
-    # Ping-pong hides the drain: while one warpgroup promotes, the other's MMAs run. 64 x 192 per warpgroup (the
-    # register budget of coop 128x192), and a 2x1 cluster multicasts the 192-wide B tile to both M-neighbours,
-    # so each CTA loads about as many bytes per flop from L2 as coop 128x192 does.
-    rows.append(Row("pp", (64, 192, 128), (2, 1), "precise", "bf16", promotion=8))
 
     # --- e5m2 activations x e4m3 weights (gradients), bf16 output: one large-M kernel per accumulation mode;
     # M <= 4 goes to the GEMV, which reads either type. ---
