@@ -9,8 +9,9 @@
 #
 # Stages, run in this order: build, test, tune, sweep (the tile scheduler's options for the best kernels of a
 # recorded tune run: tune.py --sweep-from), retable (write csrc/sm90/heuristic_table.inc from this run's tune.json
-# or sweep, and rebuild), bench, multigpu (needs 2 GPUs), invariance (scripts/batch_invariance.py), edge
-# (scripts/edge_numerics.py), sanitize (scripts/sanitize.sh). Wheels that the machine lacks (nvidia-cutlass for
+# or sweep, and rebuild), bench, inductor (torch.compile max-autotune peer on the baseline's 7 shapes:
+# scripts/inductor_peer.sh, FP8EXT_INDUCTOR_BUDGET_S, default 420 s), multigpu (needs 2 GPUs), invariance
+# (scripts/batch_invariance.py), edge (scripts/edge_numerics.py), sanitize (scripts/sanitize.sh). Wheels that the machine lacks (nvidia-cutlass for
 # the headers) may be placed in .whl/; they are installed to a private prefix first. The build is in place and
 # incremental (build/ is reused when the machine is still warm).
 set -euo pipefail
@@ -108,6 +109,10 @@ if [[ $STAGES == *,bench,* ]]; then
   $PY -m fp8ext.bench --suite "$suite" --json "$OUT_DIR/bench-$suite.json" --plot "$OUT_DIR/bench-$suite.png" \
     --quiet ${FP8EXT_BENCH_ARGS:-} >"$OUT_DIR/bench-$suite.log" 2>&1 || { tail -30 "$OUT_DIR/bench-$suite.log"; exit 1; }
   sed -n '/geomean/,$p' "$OUT_DIR/bench-$suite.log"
+fi
+
+if [[ $STAGES == *,inductor,* ]]; then
+  bash scripts/inductor_peer.sh "$OUT_DIR" "${FP8EXT_INDUCTOR_BUDGET_S:-420}"
 fi
 
 if [[ $STAGES == *,multigpu,* ]]; then
