@@ -114,6 +114,11 @@ def measure(out_path: Path, rep_ms: int, ms: list[int] | None, deadline: float |
 SCHED_OPTIONS = [f"@{r}{w}" for r in "MN" for w in (1, 2, 4, 8)]
 
 
+def row_key(r: dict) -> tuple[int, int, int, bool]:
+    """A tuning or bench row's identity: (M, N, K, use_fast_accum)."""
+    return r["M"], r["N"], r["K"], r["use_fast_accum"]
+
+
 def parse_rows(text: str) -> set[tuple[int, int, int, bool]]:
     """'MxNxK:fast,MxNxK:precise' -> {(M, N, K, use_fast_accum)}."""
     out = set()
@@ -128,8 +133,7 @@ def parse_rows(text: str) -> set[tuple[int, int, int, bool]]:
 
 def rows_below(bench: dict, ratio: float) -> set[tuple[int, int, int, bool]]:
     """The rows of a bench run where torch row-wise time / fp8ext time < ratio."""
-    return {(r["M"], r["N"], r["K"], r["use_fast_accum"]) for r in bench["rows"]
-            if r["torch_rowwise_us"] / r["fp8ext_us"] < ratio}
+    return {row_key(r) for r in bench["rows"] if r["torch_rowwise_us"] / r["fp8ext_us"] < ratio}
 
 
 def sweep_candidates(row: dict, top: int = 2, extra: tuple[str, ...] = ()) -> list[str]:
@@ -174,7 +178,7 @@ def sweep(base: dict, out_path: Path, rep_ms: int, min_m: int, deadline: float |
     timer = Timer(rep_ms=rep_ms, warmup_ms=max(5, rep_ms // 4))
     built = set(fp8ext.kernel_names())
     todo = [r for r in base["rows"] if r["M"] >= min_m
-            and (only is None or (r["M"], r["N"], r["K"], r["use_fast_accum"]) in only)]
+            and (only is None or row_key(r) in only)]
     rows = []
     result = {"commit": git_commit(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
               "method": f"do_bench median rep={rep_ms} ms, L2 flushed, card heated to its power limit first; "
@@ -203,12 +207,19 @@ def sweep(base: dict, out_path: Path, rep_ms: int, min_m: int, deadline: float |
 def merge_sweep(base: dict, sched: dict) -> dict:
     """The base run with every row that the scheduler sweep re-measured replaced by the sweep's row (one
     session's measurements per row, so the kernels within a row stay comparable)."""
-    key = lambda r: (r["M"], r["N"], r["K"], r["use_fast_accum"])  # noqa: E731
-    swept = {key(r): r for r in sched["rows"] if r["kernels"]}
+    swept = {row_key(r): r for r in sched["rows"] if r["kernels"]}
     merged = dict(base)
-    merged["rows"] = [swept.get(key(r), r) for r in base["rows"]]
+    merged["rows"] = [swept.get(row_key(r), r) for r in base["rows"]]
     merged["commit"] = f"{base['commit']} + scheduler sweep {sched['commit']}"
     return merged
+
+
+def load_merged(base_path: Path, sweep_paths: list[Path]) -> dict:
+    """A recorded run with recorded sweeps merged in, in order (later sweeps win): what --write-table uses."""
+    result = json.loads(Path(base_path).read_text())
+    for sweep_path in sweep_paths:
+        result = merge_sweep(result, json.loads(Path(sweep_path).read_text()))
+    return result
 
 
 def write_table(result: dict, source: str) -> None:
@@ -263,16 +274,13 @@ def main() -> int:
         base = json.loads(args.sweep_from.read_text())
         if args.with_m:
             ms = {int(m) for m in args.with_m.split(",")}
-            only = (only or set()) | {(r["M"], r["N"], r["K"], r["use_fast_accum"]) for r in base["rows"]
-                                      if r["M"] in ms}
+            only = (only or set()) | {row_key(r) for r in base["rows"] if r["M"] in ms}
         extra = tuple(k for k in args.extra.split(",") if k)
         sweep(base, args.out, args.rep_ms, args.min_m, args.deadline, only, extra)
         return 0
     if args.from_json:
-        result, source = json.loads(args.from_json.read_text()), args.from_json
-        for sweep_path in args.sweep or []:
-            result = merge_sweep(result, json.loads(sweep_path.read_text()))
-            source = f"{source} + {sweep_path}"
+        result = load_merged(args.from_json, args.sweep or [])
+        source = " + ".join(str(x) for x in [args.from_json, *(args.sweep or [])])
     elif args.out:
         result = measure(args.out, args.rep_ms, [int(m) for m in args.ms.split(",")] if args.ms else None,
                          args.deadline)
