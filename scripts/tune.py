@@ -166,8 +166,38 @@ def heat_up(seconds: float = 3.0) -> None:
         torch.cuda.synchronize()
 
 
+def head_to_head_choices(row: dict, extra: tuple[str, ...], built: set[str]) -> list[str]:
+    """The base row's fastest choice, and each `extra` kernel that fits the row's M with that choice's scheduler
+    options (the GEMV has none)."""
+    best = min(row["kernels"], key=row["kernels"].get)
+    opts = best[best.index("@"):] if "@" in best else ""
+    new = [k if k.startswith("gemv_") else k + opts
+           for k in candidates(list(extra), row["M"], row["use_fast_accum"]) if k in built]
+    return [best] + [k for k in new if k != best]
+
+
+def time_interleaved(timer, choices: list[str], call, peer, rounds: int = 3) -> tuple[dict[str, float], float]:
+    """Median time of call() under each forced choice and of peer(), in `rounds` turns with the order rotated
+    (fp8ext.bench.Timer.interleaved: the clock's wander under the power cap is shared alike)."""
+    import fp8ext
+    from fp8ext.bench import _median
+
+    names = [*choices, None]  # None: the torch peer
+    samples: dict = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            warmup = timer.warmup_ms if r == 0 else max(5.0, timer.warmup_ms / rounds)
+            if n is None:
+                samples[n] += timer.samples(peer, rep_ms=timer.rep_ms / rounds, warmup_ms=warmup)
+                continue
+            with fp8ext.force_kernel(n):
+                samples[n] += timer.samples(call, rep_ms=timer.rep_ms / rounds, warmup_ms=warmup)
+    return {n: _median(samples[n]) for n in choices}, _median(samples[None])
+
+
 def sweep(base: dict, out_path: Path, rep_ms: int, min_m: int, deadline: float | None = None,
-          only: set[tuple[int, int, int, bool]] | None = None, extra: tuple[str, ...] = ()) -> dict:
+          only: set[tuple[int, int, int, bool]] | None = None, extra: tuple[str, ...] = (),
+          head_to_head: bool = False) -> dict:
     import time
 
     import torch
@@ -182,8 +212,11 @@ def sweep(base: dict, out_path: Path, rep_ms: int, min_m: int, deadline: float |
     rows = []
     result = {"commit": git_commit(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
               "method": f"do_bench median rep={rep_ms} ms, L2 flushed, card heated to its power limit first; "
-                        f"scheduler options {SCHED_OPTIONS} of the 2 best kernels per row of {base.get('commit')}"
-                        + (f" and of the new kernels {list(extra)} where they fit the row's M" if extra else ""),
+                        + (f"head to head, interleaved in 3 turns: the best choice per row of {base.get('commit')} "
+                           f"against the new kernels {list(extra)} with its scheduler options, where they fit the "
+                           "row's M" if head_to_head else
+                           f"scheduler options {SCHED_OPTIONS} of the 2 best kernels per row of {base.get('commit')}"
+                           + (f" and of the new kernels {list(extra)} where they fit the row's M" if extra else "")),
               "complete": False, "rows": rows}
     heat_up()
     for i, base_row in enumerate(todo):
@@ -193,10 +226,17 @@ def sweep(base: dict, out_path: Path, rep_ms: int, min_m: int, deadline: float |
         M, N, K, fast = base_row["M"], base_row["N"], base_row["K"], base_row["use_fast_accum"]
         a, b, sa, sb, _, _ = make_operands(M, N, K)
         kw = dict(out_dtype=torch.bfloat16, use_fast_accum=fast)
-        choices = [k + opts for k in sweep_candidates(base_row, extra=extra) if k in built for opts in SCHED_OPTIONS]
-        row = {"M": M, "N": N, "K": K, "use_fast_accum": fast,
-               "kernels": time_forced(timer, choices, lambda: fp8ext.scaled_mm(a, b, sa, sb, **kw))}
-        row["torch_rowwise_us"] = timer(lambda: torch._scaled_mm(a, b, sa, sb, **kw))
+        call = lambda: fp8ext.scaled_mm(a, b, sa, sb, **kw)  # noqa: E731
+        peer = lambda: torch._scaled_mm(a, b, sa, sb, **kw)  # noqa: E731
+        row = {"M": M, "N": N, "K": K, "use_fast_accum": fast}
+        if head_to_head:
+            row["kernels"], row["torch_rowwise_us"] = time_interleaved(
+                timer, head_to_head_choices(base_row, extra, built), call, peer)
+        else:
+            choices = [k + opts for k in sweep_candidates(base_row, extra=extra) if k in built
+                       for opts in SCHED_OPTIONS]
+            row["kernels"] = time_forced(timer, choices, call)
+            row["torch_rowwise_us"] = timer(peer)
         rows.append(row)
         report(i, len(todo), row)
         del a, b, sa, sb
@@ -251,7 +291,8 @@ def main() -> int:
     p.add_argument("--deadline", type=float, help="stop measuring at this Unix time (seconds)")
     p.add_argument("--sweep-from", type=Path, help="with --out: sweep the scheduler options on this run's best")
     p.add_argument("--sweep", type=Path, action="append",
-                   help="with --from-json: a recorded scheduler sweep to merge (repeatable; later ones win)")
+                   help="with --from-json or --sweep-from: a recorded scheduler sweep to merge into the base run "
+                        "(repeatable; later ones win)")
     p.add_argument("--min-m", type=int, default=256, help="the sweep covers rows with M >= this")
     p.add_argument("--rows", help="sweep only these rows: MxNxK:fast|precise[,...]")
     p.add_argument("--below", type=Path, help="sweep only the rows where this bench JSON (python -m fp8ext.bench "
@@ -259,6 +300,10 @@ def main() -> int:
     p.add_argument("--below-ratio", type=float, default=0.97)
     p.add_argument("--with-m", help="also sweep every row with M in this comma-separated list (a union with the "
                                     "rows --rows/--below pick)")
+    p.add_argument("--head-to-head", action="store_true",
+                   help="with --sweep-from and --extra: time only each row's best choice against the extra kernels "
+                        "with the same scheduler options, interleaved (a new kernel against the table's pick)")
+    p.add_argument("--accum", choices=("fast", "precise"), help="with --sweep-from: only rows of this mode")
     p.add_argument("--extra", default="", help="comma-separated kernels new since the base run, timed in the "
                                                "sweep wherever candidates() would time them at the row's M")
     args = p.parse_args()
@@ -271,12 +316,17 @@ def main() -> int:
         if args.below:
             below = rows_below(json.loads(args.below.read_text()), args.below_ratio)
             only = below if only is None else only & below
-        base = json.loads(args.sweep_from.read_text())
+        # The base run with its recorded sweeps merged in: the table's own measurements.
+        base = load_merged(args.sweep_from, args.sweep or [])
+        if args.accum:
+            base["rows"] = [r for r in base["rows"] if r["use_fast_accum"] == (args.accum == "fast")]
         if args.with_m:
             ms = {int(m) for m in args.with_m.split(",")}
             only = (only or set()) | {row_key(r) for r in base["rows"] if r["M"] in ms}
         extra = tuple(k for k in args.extra.split(",") if k)
-        sweep(base, args.out, args.rep_ms, args.min_m, args.deadline, only, extra)
+        if args.head_to_head and not extra:
+            p.error("--head-to-head needs --extra")
+        sweep(base, args.out, args.rep_ms, args.min_m, args.deadline, only, extra, args.head_to_head)
         return 0
     if args.from_json:
         result = load_merged(args.from_json, args.sweep or [])

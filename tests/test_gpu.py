@@ -136,6 +136,31 @@ def test_every_kernel_forced_by_name(name):
             run_and_check(M, N, K, out_dtype, fast, with_bias=True, a_dtype=a_dtype)
 
 
+OVERLAP_KERNELS = [n for n in fp8ext.kernel_names() if "_ov_" in n]
+
+
+@pytest.mark.parametrize("name", OVERLAP_KERNELS or ["<no overlapped-promotion kernel built>"])
+def test_overlapped_promotion_is_bitwise_cutlass_precise(name):
+    # overlap_promotion_mainloop.cuh computes the same fp32 sum of the same per-128-K partials, in the same order,
+    # as CUTLASS's precise mainloop; it only schedules the adds differently. So its output must equal, bit for
+    # bit, that of the CUTLASS kernel of the same tile. K from 1 to 6 tiles, with partial last tiles, takes
+    # every exit of its two-fragment loop (odd and even tile counts).
+    if name.startswith("<"):
+        pytest.skip("no overlapped-promotion kernel in this build")
+    twin = name.replace("_ov_", "_")
+    assert twin in fp8ext.kernel_names()
+    for M, N, K in [(100, 1040, 16), (100, 1040, 128), (37, 2736, 256), (100, 1040, 272), (257, 1040, 512),
+                    (100, 7168, 640), (1000, 1040, 768)]:
+        a, b, sa, sb = inputs(M, N, K)
+        bias = (torch.randn(N, device=DEV) * 4).to(torch.bfloat16)
+        with fp8ext.force_kernel(name):
+            out = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.bfloat16, use_fast_accum=False)
+        with fp8ext.force_kernel(twin):
+            ref = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.bfloat16, use_fast_accum=False)
+        assert torch.equal(out, ref), f"{name} differs from {twin} at M={M} N={N} K={K}"
+        check_against_reference(out, a, b, sa, sb, bias, use_fast_accum=False, what=f"{name} M={M} N={N} K={K}")
+
+
 SCHEDULER_OPTIONS = [f"@{r}{w}" for r in "MNH" for w in (1, 2, 4, 8)]
 
 

@@ -34,13 +34,14 @@ class Row:
     swap_ab: bool = False
     in_a: str = "e4m3"
     promotion: int = 4  # precise only: MMA k-blocks (32 of K each) between fp32 promotions; 4 = once per 128 of K
+    overlap: bool = False  # precise only: overlap_promotion_mainloop.cuh instead of CUTLASS's draining MMA loop
 
     @property
     def name(self) -> str:
         tm, tn, tk = self.tile
         cm, cn = self.cluster
         parts = ["swap" if self.swap_ab else None, self.schedule, f"{tm}x{tn}x{tk}", f"c{cm}x{cn}",
-                 None if self.promotion == 4 else f"pi{self.promotion}", self.accum, self.out,
+                 None if self.promotion == 4 else f"pi{self.promotion}", "ov" if self.overlap else None, self.accum, self.out,
                  None if self.in_a == "e4m3" else f"a{self.in_a}"]
         return "_".join(p for p in parts if p)
 
@@ -51,7 +52,7 @@ class Row:
                 f"::fp8ext::sm90::Schedule::{SCHEDULES[self.schedule]}, "
                 f"::fp8ext::sm90::Accum::k{self.accum.capitalize()}, "
                 f"::fp8ext::sm90::OutType::k{self.out.upper()}, {'true' if self.swap_ab else 'false'}, "
-                f"::fp8ext::sm90::InType::k{self.in_a.upper()}, {self.promotion}>")
+                f"::fp8ext::sm90::InType::k{self.in_a.upper()}, {self.promotion}{', true' if self.overlap else ''}>")
 
 
 def _rows() -> list[Row]:
@@ -84,6 +85,12 @@ def _rows() -> list[Row]:
     rows.append(Row("coop", (128, 192, 128), (1, 2), "precise", "bf16"))
     rows.append(Row("coop", (128, 192, 128), (1, 2), "precise", "bf16", promotion=8))
     rows.append(Row("coop", (128, 128, 128), (1, 2), "precise", "bf16", promotion=8))
+    # The same promotion every 128 of K without the drain: the next K tile's wgmmas run while the previous one's
+    # partial sums are added (overlap_promotion_mainloop.cuh). Costs a third accumulator fragment, so only
+    # warpgroup shares of 64 x 128 or less.
+    rows += [Row("pp", (64, n, 128), (1, 1), "precise", "bf16", swap_ab=True, overlap=True) for n in (32, 64, 128)]
+    rows.append(Row("pp", (64, 128, 128), (1, 1), "precise", "bf16", overlap=True))
+    rows.append(Row("coop", (128, 128, 128), (1, 2), "precise", "bf16", overlap=True))
 
     # --- e5m2 activations x e4m3 weights (gradients), bf16 output: one large-M kernel per accumulation mode;
     # M <= 4 goes to the GEMV, which reads either type. ---

@@ -52,12 +52,13 @@ struct KernelTraits {
   bool swap_ab;  // computes out^T = b^T a^T so that a small M becomes the MMA's N
   InType in_a;   // element type of the activation operand `a`; the weight `b` is always e4m3
   int promotion_interval;  // precise accumulation: MMA k-blocks (32 of K each) between fp32 promotions
+  bool overlap_promotion;  // precise: promotes tile t while tile t+1's wgmmas run (overlap_promotion_mainloop.cuh)
   bool any_in_a;  // handles e4m3 and e5m2 activations alike (then in_a is not a constraint)
   int max_m;      // largest M the kernel computes, 0 for any
 };
 
 template <int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Schedule Sched, Accum Acc, OutType Out,
-          bool SwapAB, InType InA = InType::kE4M3, int PromotionInterval = 4>
+          bool SwapAB, InType InA = InType::kE4M3, int PromotionInterval = 4, bool OverlapPromotion = false>
 struct KernelConfig {
   static constexpr int kTileM = TileM;
   static constexpr int kTileN = TileN;
@@ -70,10 +71,13 @@ struct KernelConfig {
   static constexpr bool kSwapAB = SwapAB;
   static constexpr InType kInA = InA;
   static constexpr int kPromotionInterval = PromotionInterval;
+  static constexpr bool kOverlapPromotion = OverlapPromotion;
+  static_assert(!OverlapPromotion || (Acc == Accum::kPrecise && PromotionInterval == 4 && TileK == 128),
+                "the overlapped mainloop promotes once per 128-deep K tile of precise accumulation");
 
   static constexpr KernelTraits traits() {
     return KernelTraits{TileM, TileN, TileK, ClusterM, ClusterN, Sched, Acc, Out, SwapAB, InA, PromotionInterval,
-                        /*any_in_a=*/false, /*max_m=*/0};
+                        OverlapPromotion, /*any_in_a=*/false, /*max_m=*/0};
   }
 };
 

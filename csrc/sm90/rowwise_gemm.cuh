@@ -23,6 +23,7 @@
 #include "sm90/gemm_params.h"
 #include "sm90/kernel_config.h"
 #include "sm90/kernel_registry.h"
+#include "sm90/overlap_promotion_mainloop.cuh"
 #include "sm90/rowwise_epilogue.cuh"
 
 namespace fp8ext::sm90 {
@@ -85,12 +86,15 @@ struct RowwiseGemm {
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignmentD, ElementD, LayoutD,
       kAlignmentD, EpilogueSchedule, typename Epilogue::EVT>::CollectiveOp;
 
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using CutlassMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlignmentAB, ElementB, LayoutB,
       kAlignmentAB, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       KernelSchedule>::CollectiveOp;
+  // Precise kernels marked overlap keep CUTLASS's collective for everything but the MMA loop.
+  using CollectiveMainloop = cute::conditional_t<Config::kOverlapPromotion,
+                                                 OverlapPromotionMainloop<CutlassMainloop>, CutlassMainloop>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
                                                       CollectiveEpilogue, TileScheduler>;
