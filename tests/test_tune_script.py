@@ -32,6 +32,16 @@ def test_sweep_candidates_add_new_kernels_only_where_they_fit_m():
     assert tune.sweep_candidates(row(1024, {PP: 1.0, COOP: 2.0}), extra=new) == [PP, COOP]  # swapped: M <= 512
 
 
+def test_head_to_head_gives_new_kernels_the_best_choice_options():
+    coop_pi8 = "coop_128x128x128_c1x2_pi8_precise_bf16"
+    ov = ("coop_128x128x128_c1x2_ov_precise_bf16", "swap_pp_64x32x128_c1x1_ov_precise_bf16")
+    built = {coop_pi8, *ov}
+    r = row(1024, {coop_pi8 + "@M4": 1.0, coop_pi8: 1.2}, fast=False)
+    assert tune.head_to_head_choices(r, ov, built) == [coop_pi8 + "@M4", ov[0] + "@M4"]  # swapped 64x32: M <= 256
+    r = row(128, {"gemv_m4_precise_bf16": 1.0}, fast=False)
+    assert tune.head_to_head_choices(r, ov, built) == ["gemv_m4_precise_bf16", *ov]  # the GEMV has no options
+    assert tune.head_to_head_choices(r, ov, {ov[1]}) == ["gemv_m4_precise_bf16", ov[1]]  # only what is built
+
 def test_merge_replaces_only_the_swept_rows():
     base = {"commit": "base", "gpu": "H200", "torch": "t", "rows": [row(256, {PP: 2.0}), row(512, {PP: 2.0})]}
     sched = {"commit": "sweep", "rows": [row(512, {PP + "@M8": 1.5, PP + "@N1": 1.8})]}
@@ -66,13 +76,16 @@ def test_row_selection():
 
 def test_recorded_tables_are_reproducible(tmp_path, monkeypatch):
     # The committed table is what the committed runs produce: run2 merged with the sustained sweeps, later ones
-    # winning (the 4-row sweep, then the 72 rows below 0.97x or at M = 128), written by write_table itself.
+    # winning (the 4-row sweep, then the 72 rows below 0.97x or at M = 128, then the precise head-to-head of the
+    # overlapped-promotion kernels), written by write_table itself.
     committed = (ROOT / "csrc/sm90/heuristic_table.inc").read_text()
     monkeypatch.setattr(tune, "TABLE", tmp_path / "table.inc")
     monkeypatch.setattr(tune, "ROOT", tmp_path)
     tuning = ROOT / "bench/tuning"
     merged = tune.load_merged(tuning / "h200-2026-11-29-run2.json",
-                              [tuning / f"h200-2026-11-29-{s}.json" for s in ("sched100-89f6ac2", "sched100-aa42021")])
+                              [tuning / f"h200-{s}.json" for s in ("2026-11-29-sched100-89f6ac2",
+                                                                    "2026-11-29-sched100-aa42021",
+                                                                    "2026-11-30-ov-head-to-head-7fdf915")])
     tune.write_table(merged, "test")
     rows = lambda text: [line for line in text.splitlines() if line.startswith("{")]  # noqa: E731
     assert rows(committed) and rows((tmp_path / "table.inc").read_text()) == rows(committed)

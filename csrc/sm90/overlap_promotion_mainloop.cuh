@@ -55,10 +55,17 @@ struct OverlapPromotionMainloop : Base {
     Tensor tCrB = thread_mma.make_fragment_B(thread_mma.partition_B(sB));  // (MMA, MMA_N, MMA_K, PIPE)
     constexpr int kBlocksPerTile = decltype(size<2>(tCrA))::value;
 
-    // The two partial-sum fragments (P_t of the header) and the fp32 sum.
+    // The two partial-sum fragments (P_t of the header) and the fp32 sum. Every register the loop uses holds a
+    // defined value before the first wgmma: a wgmma names its accumulator as an input too, and left undefined
+    // the compiler materialises those (ignored) inputs where it likes, which made ptxas inject a wait (C7517).
     auto part0 = make_fragment_like(accum);
     auto part1 = make_fragment_like(accum);
     clear(accum);
+    clear(part0);
+    clear(part1);
+    warpgroup_fence_operand(accum);
+    warpgroup_fence_operand(part0);
+    warpgroup_fence_operand(part1);
     if (k_tile_count <= 0) return;
 
     PipelineState smem_pipe_release = smem_pipe_read;
