@@ -91,8 +91,6 @@ def _rows() -> list[Row]:
     rows += [Row("pp", (64, n, 128), (1, 1), "precise", "bf16", swap_ab=True, overlap=True) for n in (32, 64, 128)]
     rows.append(Row("pp", (64, 128, 128), (1, 1), "precise", "bf16", overlap=True))
     rows.append(Row("coop", (128, 128, 128), (1, 2), "precise", "bf16", overlap=True))
-    # Large M: half the promotions (every 256 of K, as the pi8 kernels), and those overlapped too.
-    rows.append(Row("coop", (128, 128, 128), (1, 2), "precise", "bf16", promotion=8, overlap=True))
 
     # --- e5m2 activations x e4m3 weights (gradients), bf16 output: one large-M kernel per accumulation mode;
     # M <= 4 goes to the GEMV, which reads either type. ---

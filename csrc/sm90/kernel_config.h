@@ -72,9 +72,8 @@ struct KernelConfig {
   static constexpr InType kInA = InA;
   static constexpr int kPromotionInterval = PromotionInterval;
   static constexpr bool kOverlapPromotion = OverlapPromotion;
-  static_assert(!OverlapPromotion ||
-                    (Acc == Accum::kPrecise && TileK == 128 && (PromotionInterval == 4 || PromotionInterval == 8)),
-                "the overlapped mainloop promotes precise accumulation every one or two 128-deep K tiles");
+  static_assert(!OverlapPromotion || (Acc == Accum::kPrecise && PromotionInterval == 4 && TileK == 128),
+                "the overlapped mainloop promotes once per 128-deep K tile of precise accumulation");
 
   static constexpr KernelTraits traits() {
     return KernelTraits{TileM, TileN, TileK, ClusterM, ClusterN, Sched, Acc, Out, SwapAB, InA, PromotionInterval,

@@ -94,7 +94,7 @@ struct RowwiseGemm {
       KernelSchedule>::CollectiveOp;
   // Precise kernels marked overlap keep CUTLASS's collective for everything but the MMA loop.
   using CollectiveMainloop = cute::conditional_t<Config::kOverlapPromotion,
-                                                 OverlapPromotionMainloop<CutlassMainloop, Config::kPromotionInterval / 4>, CutlassMainloop>;
+                                                 OverlapPromotionMainloop<CutlassMainloop>, CutlassMainloop>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
                                                       CollectiveEpilogue, TileScheduler>;
