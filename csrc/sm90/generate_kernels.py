@@ -73,9 +73,6 @@ def _rows() -> list[Row]:
     rows.append(Row("pp", (128, 128, 128), (1, 2), "fast", "bf16"))
     rows.append(Row("coop", (128, 256, 128), (2, 1), "fast", "bf16"))
     rows.append(Row("coop", (256, 128, 128), (1, 2), "fast", "bf16"))
-    # 2x2 clusters multicast both operands: a cluster reads a 512 x 256 (or 256 x 512) output block's panels once.
-    rows.append(Row("coop", (256, 128, 128), (2, 2), "fast", "bf16"))
-    rows.append(Row("coop", (128, 256, 128), (2, 2), "fast", "bf16"))
 
     # --- bf16 output, precise accumulation (fp32 promotion every 128 of K). A promoting warpgroup holds two
     # accumulators, so a warpgroup's share of a tile stays at 64 x 128 or below: coop 128x256 precise spilled 820
