@@ -85,10 +85,17 @@ fi
 # The tile scheduler's options (raster x band) for the best kernels of a recorded tune run, rows with M >= 256.
 # Measured at the bench's length (100 ms): the card is power-capped, and 10 ms bursts run before the cap bites,
 # which favoured walks that lost up to 14% in the sustained bench (docs/perf_notes.md, session 4).
+# The base is what the committed table was written from: run2 with the recorded sweeps merged in, in order (the
+# first line of csrc/sm90/heuristic_table.inc names them); retable merges this run's sweep after them.
 SWEEP_BASE=${FP8EXT_SWEEP_BASE:-bench/tuning/h200-2026-11-29-run2.json}
+SWEEPS=()
+for f in ${FP8EXT_SWEEPS-bench/tuning/h200-2026-11-29-sched100-89f6ac2.json bench/tuning/h200-2026-11-29-sched100-aa42021.json bench/tuning/h200-2026-11-30-ov-head-to-head-7fdf915.json}; do
+  SWEEPS+=(--sweep "$f")
+done
 if [[ $STAGES == *,sweep,* ]]; then
   sweep_log=${TMPDIR:-/tmp}/fp8ext-sweep.log
-  $PY scripts/tune.py --sweep-from "$SWEEP_BASE" --out "$OUT_DIR/sched.json" --rep-ms "${FP8EXT_SWEEP_REP_MS:-100}" \
+  $PY scripts/tune.py --sweep-from "$SWEEP_BASE" "${SWEEPS[@]}" --out "$OUT_DIR/sched.json" \
+    --rep-ms "${FP8EXT_SWEEP_REP_MS:-100}" \
     --deadline "$DEADLINE" ${FP8EXT_SWEEP_ARGS:-} >"$sweep_log" 2>&1 || { tail -30 "$sweep_log"; exit 1; }
   tail -3 "$sweep_log"
 fi
@@ -96,7 +103,7 @@ fi
 # The table from this run's tune.json, or from the sweep's base run merged with this run's sweep.
 if [[ $STAGES == *,retable,* ]]; then
   if [ -f "$OUT_DIR/sched.json" ]; then
-    $PY scripts/tune.py --from-json "$SWEEP_BASE" --sweep "$OUT_DIR/sched.json" --write-table
+    $PY scripts/tune.py --from-json "$SWEEP_BASE" "${SWEEPS[@]}" --sweep "$OUT_DIR/sched.json" --write-table
   else
     $PY scripts/tune.py --from-json "$OUT_DIR/tune.json" --write-table
   fi

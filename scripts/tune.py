@@ -6,6 +6,9 @@ On the H200 (after building fp8ext):
 Then, on the H200, the tile scheduler's walk (raster M/N x band 1/2/4/8, dispatch.h) for the two best kernels
 of every shape with M >= 256 in that run:
     python scripts/tune.py --sweep-from bench/tuning/h200-<date>.json --out bench/tuning/h200-<date>-sched.json
+New kernels against the table's own picks (the base run with its sweeps merged), interleaved, on the H200:
+    python scripts/tune.py --sweep-from <run.json> --sweep <sched.json> ... --head-to-head --extra k1,k2 \
+        [--accum precise] --min-m 1 --out bench/tuning/h200-<date>-<what>-head-to-head-<commit>.json
 Here or anywhere, from recorded runs (the sweep's rows replace the base run's rows they re-measured):
     python scripts/tune.py --from-json bench/tuning/h200-<date>.json [--sweep <sched.json>] --write-table
 

@@ -74,18 +74,32 @@ def test_row_selection():
     assert tune.rows_below(bench, 0.99) == {(1, 4096, 4096, True), (3, 4096, 4096, False)}
 
 
+def table_sources() -> list[str]:
+    """The recorded runs the committed table names in its first line: the base run, then the sweeps in order."""
+    header = (ROOT / "csrc/sm90/heuristic_table.inc").read_text().splitlines()[0]
+    return header.split(" from ", 1)[1].split(" + ")
+
+
 def test_recorded_tables_are_reproducible(tmp_path, monkeypatch):
-    # The committed table is what the committed runs produce: run2 merged with the sustained sweeps, later ones
+    # The committed table is what the runs it names produce: run2 merged with the sustained sweeps, later ones
     # winning (the 4-row sweep, then the 72 rows below 0.97x or at M = 128, then the precise head-to-head of the
     # overlapped-promotion kernels), written by write_table itself.
     committed = (ROOT / "csrc/sm90/heuristic_table.inc").read_text()
+    sources = table_sources()
+    assert len(sources) >= 2 and all((ROOT / s).is_file() for s in sources), sources
     monkeypatch.setattr(tune, "TABLE", tmp_path / "table.inc")
     monkeypatch.setattr(tune, "ROOT", tmp_path)
-    tuning = ROOT / "bench/tuning"
-    merged = tune.load_merged(tuning / "h200-2026-11-29-run2.json",
-                              [tuning / f"h200-{s}.json" for s in ("2026-11-29-sched100-89f6ac2",
-                                                                    "2026-11-29-sched100-aa42021",
-                                                                    "2026-11-30-ov-head-to-head-7fdf915")])
+    merged = tune.load_merged(ROOT / sources[0], [ROOT / s for s in sources[1:]])
     tune.write_table(merged, "test")
     rows = lambda text: [line for line in text.splitlines() if line.startswith("{")]  # noqa: E731
     assert rows(committed) and rows((tmp_path / "table.inc").read_text()) == rows(committed)
+
+
+def test_gpu_check_sweeps_start_from_the_tables_sources():
+    # scripts/gpu_check.sh's sweep and retable stages merge onto what the committed table was written from;
+    # a sweep merged onto run2 alone would silently drop the earlier sweeps from a rewritten table.
+    text = (ROOT / "scripts/gpu_check.sh").read_text()
+    base, *sweeps = table_sources()
+    assert f"FP8EXT_SWEEP_BASE:-{base}}}" in text
+    assert f"FP8EXT_SWEEPS-{' '.join(sweeps)}}}" in text
+
