@@ -182,20 +182,14 @@ def head_to_head_choices(row: dict, extra: tuple[str, ...], built: set[str]) -> 
 def time_interleaved(timer, choices: list[str], call, peer, rounds: int = 3) -> tuple[dict[str, float], float]:
     """Median time of call() under each forced choice and of peer(), in `rounds` turns with the order rotated
     (fp8ext.bench.Timer.interleaved: the clock's wander under the power cap is shared alike)."""
-    import fp8ext
-    from fp8ext.bench import _median
+    import contextlib
 
-    names = [*choices, None]  # None: the torch peer
-    samples: dict = {n: [] for n in names}
-    for r in range(rounds):
-        for n in names[r % len(names):] + names[:r % len(names)]:
-            warmup = timer.warmup_ms if r == 0 else max(5.0, timer.warmup_ms / rounds)
-            if n is None:
-                samples[n] += timer.samples(peer, rep_ms=timer.rep_ms / rounds, warmup_ms=warmup)
-                continue
-            with fp8ext.force_kernel(n):
-                samples[n] += timer.samples(call, rep_ms=timer.rep_ms / rounds, warmup_ms=warmup)
-    return {n: _median(samples[n]) for n in choices}, _median(samples[None])
+    import fp8ext
+
+    peer_name = "torch row-wise"  # not a kernel name: no kernel is forced for it
+    times = timer.interleaved({**{c: call for c in choices}, peer_name: peer}, rounds,
+                              around=lambda n: contextlib.nullcontext() if n == peer_name else fp8ext.force_kernel(n))
+    return {c: times[c] for c in choices}, times[peer_name]
 
 
 def sweep(base: dict, out_path: Path, rep_ms: int, min_m: int, deadline: float | None = None,

@@ -41,6 +41,19 @@ def test_one_round_is_the_old_method():
     assert [(c[0], c[1], c[2]) for c in t.calls] == [(1, 90, 30), (2, 90, 30)]
 
 
+def test_interleaved_enters_around_for_each_turn():
+    import contextlib
+
+    t, entered = ScriptedTimer(), []
+
+    @contextlib.contextmanager
+    def around(name):
+        entered.append(name)
+        yield
+
+    t.interleaved({"a": lambda: 1, "b": lambda: 2}, rounds=2, around=around)
+    assert entered == ["a", "b", "b", "a"] and [c[0] for c in t.calls] == [1, 2, 2, 1]
+
 def test_rounds_must_be_positive():
     from fp8ext.bench import main
     with pytest.raises(SystemExit):

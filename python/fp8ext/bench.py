@@ -15,6 +15,7 @@ _scaled_mm with persistent TMA templates (--compile-peer).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import math
@@ -23,7 +24,7 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Callable, ContextManager, Iterable, Optional
 
 import torch
 
@@ -112,9 +113,11 @@ class Timer:
             times.append(1e3 * start.elapsed_time(end))
         return times
 
-    def interleaved(self, fns: dict[str, Callable[[], object]], rounds: int = 3) -> dict[str, float]:
+    def interleaved(self, fns: dict[str, Callable[[], object]], rounds: int = 3,
+                    around: Optional[Callable[[str], ContextManager]] = None) -> dict[str, float]:
         """Median time of each fn, its samples taken in `rounds` turns of rep_ms / rounds each, the order of the
-        fns rotated by one every round. Under the H200's power cap the SM clock wanders on a scale of
+        fns rotated by one every round; `around(name)`, if given, is entered for each of that fn's turns (tune.py
+        forces a kernel there). Under the H200's power cap the SM clock wanders on a scale of
         seconds (scripts/clock_probe.py); timing the peers one after another in one fixed order hands each
         its own stretch of that wander, and single rows moved by up to 8% between runs. Interleaved turns
         spread the wander over every peer alike."""
@@ -123,7 +126,8 @@ class Timer:
         for r in range(rounds):
             for n in names[r % len(names):] + names[: r % len(names)]:
                 warmup = self.warmup_ms if r == 0 else max(5.0, self.warmup_ms / rounds)
-                times[n] += self.samples(fns[n], rep_ms=self.rep_ms / rounds, warmup_ms=warmup)
+                with around(n) if around is not None else contextlib.nullcontext():
+                    times[n] += self.samples(fns[n], rep_ms=self.rep_ms / rounds, warmup_ms=warmup)
         return {n: _median(t) for n, t in times.items()}
 
 
