@@ -52,7 +52,6 @@ struct KernelTraits {
   bool swap_ab;  // computes out^T = b^T a^T so that a small M becomes the MMA's N
   InType in_a;   // element type of the activation operand `a`; the weight `b` is always e4m3
   int promotion_interval;  // precise accumulation: MMA k-blocks (32 of K each) between fp32 promotions
-  bool overlap_promotion;  // precise: promotes tile t while tile t+1's wgmmas run (overlap_promotion_mainloop.cuh)
   bool any_in_a;  // handles e4m3 and e5m2 activations alike (then in_a is not a constraint)
   int max_m;      // largest M the kernel computes, 0 for any
 };
@@ -77,7 +76,7 @@ struct KernelConfig {
 
   static constexpr KernelTraits traits() {
     return KernelTraits{TileM, TileN, TileK, ClusterM, ClusterN, Sched, Acc, Out, SwapAB, InA, PromotionInterval,
-                        OverlapPromotion, /*any_in_a=*/false, /*max_m=*/0};
+                        /*any_in_a=*/false, /*max_m=*/0};
   }
 };
 
