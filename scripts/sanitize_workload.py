@@ -21,10 +21,13 @@ import sys
 import torch
 
 import fp8ext
-from fp8ext.testing import check_against_reference, kernel_dtypes, random_fp8, random_scales
+from fp8ext.testing import check_against_reference, kernel_dtypes, kernel_max_m, random_fp8, random_scales
 
 SHAPES = [(M, 144, K) for M in (1, 17, 255, 257) for K in (16, 272)]
-GEMV_SHAPES = [(M, 144, K) for M in (1, 3, 4) for K in (16, 272)]  # the GEMV computes M <= 4
+
+def decode_shapes(max_m: int) -> list[tuple[int, int, int]]:
+    """The hand-written decode kernels compute M <= max_m (kernel_max_m)."""
+    return [(M, 144, K) for M in sorted({1, 3, max_m // 2 + 1, max_m}) for K in (16, 272)]
 
 
 def main() -> int:
@@ -39,9 +42,10 @@ def main() -> int:
     launches = 0
     for name in names:
         out_dtype, fast, a_dtype = kernel_dtypes(name)
-        shapes = GEMV_SHAPES if name.startswith("gemv_") else SHAPES
+        max_m = kernel_max_m(name)
+        shapes = decode_shapes(max_m) if max_m else SHAPES
         if args.quick:
-            shapes = [(3, 144, 272)] if name.startswith("gemv_") else [(257, 144, 272)]
+            shapes = [(max_m, 144, 272)] if max_m else [(257, 144, 272)]
         with fp8ext.force_kernel(name):
             for M, N, K in shapes:
                 print(f"launch {name} {M}x{N}x{K}", flush=True)

@@ -35,11 +35,13 @@ WORKSPACE_KERNELS = {r.name for r in ROWS if r.schedule == "sk"}
 
 def candidates(names: list[str], M: int, fast: bool) -> list[str]:
     """bf16 kernels worth timing at this M (swapped tiles only where M is small enough to gain from them)."""
+    from fp8ext.testing import kernel_max_m
+
     tag = "_fast_bf16" if fast else "_precise_bf16"
     out = []
     for n in names:
-        if n.startswith("gemv_"):  # fp32 accumulation serves both modes, for M <= 4
-            if n.endswith("_bf16") and M <= 4:
+        if n.startswith("gemv_"):  # decode kernels, up to the M in their name; a precise one serves both modes
+            if n.endswith("_bf16") and M <= kernel_max_m(n) and (n.endswith("_precise_bf16") or fast):
                 out.append(n)
             continue
         if not n.endswith(tag):

@@ -236,10 +236,10 @@ def test_one_kernel_is_batch_invariant(name):
     # across kernels, i.e. through dispatch, results may differ: docs/accuracy.md has the measurement.)
     if name == "<none>":
         pytest.skip("no kernels built")
-    from fp8ext.testing import kernel_dtypes, random_fp8, random_scales
+    from fp8ext.testing import kernel_dtypes, kernel_max_m, random_fp8, random_scales
     out_dtype, fast, a_dtype = kernel_dtypes(name)
     N, K = 1040, 2736
-    small, large = (1, 4) if name.startswith("gemv_") else (64, 1000)
+    small, large = (1, kernel_max_m(name)) if kernel_max_m(name) else (64, 1000)
     a = random_fp8(large, K, a_dtype, device=DEV)
     b = random_fp8(N, K, device=DEV).t()
     sa = random_scales(large, device=DEV, shape=(large, 1))

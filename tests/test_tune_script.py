@@ -32,6 +32,15 @@ def test_sweep_candidates_add_new_kernels_only_where_they_fit_m():
     assert tune.sweep_candidates(row(1024, {PP: 1.0, COOP: 2.0}), extra=new) == [PP, COOP]  # swapped: M <= 512
 
 
+def test_candidates_give_decode_kernels_only_their_m_and_mode():
+    tc = "gemv_tc_m64_s4_fast_bf16"
+    names = ["gemv_m4_precise_bf16", tc, "gemv_m4_precise_fp16", PP]
+    assert tune.candidates(names, 4, fast=True) == ["gemv_m4_precise_bf16", tc]  # precise serves fast calls
+    assert tune.candidates(names, 4, fast=False) == ["gemv_m4_precise_bf16"]
+    assert tune.candidates(names, 64, fast=True) == [tc, PP]
+    assert tune.candidates(names, 65, fast=True) == [PP]
+
+
 def test_head_to_head_gives_new_kernels_the_best_choice_options():
     coop_pi8 = "coop_128x128x128_c1x2_pi8_precise_bf16"
     ov = ("coop_128x128x128_c1x2_ov_precise_bf16", "swap_pp_64x32x128_c1x1_ov_precise_bf16")

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "sm90/decode_common.cuh"
 #include "sm90/gemm_params.h"
 #include "sm90/kernel_registry.h"
 
@@ -43,20 +44,6 @@ __device__ __forceinline__ void fp8x16_to_float(const uint4& v, float (&f)[16]) 
   }
 }
 
-// The weight is read once: a streaming load (ld.global.cs, evict-first) keeps it from displacing the
-// activations, which every warp re-reads, in L1 and L2.
-__device__ __forceinline__ uint4 load_streaming(const void* p) { return __ldcs(static_cast<const uint4*>(p)); }
-
-template <typename Out> __device__ __forceinline__ Out from_float(float x);
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
-
-template <typename Out> __device__ __forceinline__ float to_float(Out x);
-template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <> __device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
-template <> __device__ __forceinline__ float to_float<float>(float x) { return x; }
-
 template <typename Out, __nv_fp8_interpretation_t KindA, int M>
 __global__ void __launch_bounds__(kWarps * 32) gemv_rowwise_kernel(GemmParams p) {
   const int lane = threadIdx.x % 32;
@@ -76,7 +63,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_rowwise_kernel(GemmParams p)
       const bool in_k = k < p.K;  // K is a multiple of 16, so a chunk is either whole or absent
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
-        wv[u][r] = (in_k && row_valid[r]) ? load_streaming(w + (row0 + r) * p.ldb + k) : make_uint4(0, 0, 0, 0);
+        wv[u][r] = (in_k && row_valid[r]) ? decode::load_streaming(w + (row0 + r) * p.ldb + k) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
       for (int m = 0; m < M; ++m) {
@@ -109,18 +96,12 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_rowwise_kernel(GemmParams p)
       for (int offset = 16; offset > 0; offset /= 2) acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], offset);
     }
   }
-  // Lane (m * kRowsPerWarp + r) writes out[m, row0 + r]: the epilogue of rowwise_epilogue.cuh, in the same order.
+  // Lane (m * kRowsPerWarp + r) writes out[m, row0 + r].
 #pragma unroll
   for (int m = 0; m < M; ++m) {
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
-      if (lane == m * kRowsPerWarp + r && row_valid[r]) {
-        const int64_t j = row0 + r;
-        const float sa = p.scale_a[p.scale_a_per_row ? m : 0];
-        const float sb = p.scale_b[p.scale_b_per_col ? j : 0];
-        const float bias = p.bias != nullptr ? to_float(static_cast<const Out*>(p.bias)[j]) : 0.0f;
-        static_cast<Out*>(p.out)[m * p.ldo + j] = from_float<Out>(fmaf(sa * sb, acc[m][r], bias));
-      }
+      if (lane == m * kRowsPerWarp + r && row_valid[r]) decode::store_output<Out>(p, m, row0 + r, acc[m][r]);
     }
   }
 }
@@ -148,8 +129,6 @@ LaunchResult launch_gemv(const GemmParams& p) {
   return {};
 }
 
-size_t no_workspace(const GemmParams&) { return 0; }
-
 constexpr KernelTraits gemv_traits(OutType out) {
   KernelTraits t{};
   t.schedule = Schedule::kGemv;
@@ -162,11 +141,11 @@ constexpr KernelTraits gemv_traits(OutType out) {
 }
 
 const bool kRegistered = register_kernel({"gemv_m4_precise_bf16", gemv_traits(OutType::kBF16),
-                                          &launch_gemv<__nv_bfloat16>, &no_workspace}) &&
+                                          &launch_gemv<__nv_bfloat16>, &decode::no_workspace}) &&
                          register_kernel({"gemv_m4_precise_fp16", gemv_traits(OutType::kFP16),
-                                          &launch_gemv<__half>, &no_workspace}) &&
+                                          &launch_gemv<__half>, &decode::no_workspace}) &&
                          register_kernel({"gemv_m4_precise_fp32", gemv_traits(OutType::kFP32),
-                                          &launch_gemv<float>, &no_workspace});
+                                          &launch_gemv<float>, &decode::no_workspace});
 
 }  // namespace
 }  // namespace fp8ext::sm90

@@ -13,6 +13,7 @@ type's subnormals. NaN never passes.
 from __future__ import annotations
 
 import math
+import re
 from typing import Optional
 
 import torch
@@ -69,6 +70,15 @@ def kernel_dtypes(name: str):
         parts = parts[:-1]
     out = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[parts[-1]]
     return out, parts[-2] == "fast", a_dtype
+
+
+def kernel_max_m(name: str) -> Optional[int]:
+    """The largest M that a hand-written decode kernel computes, from its name (gemv_m4_precise_bf16: 4,
+    gemv_tc_m32_s4_fast_bf16: 32); None for the CUTLASS kernels, which take any M. The decode kernels ("gemv_")
+    have no tile scheduler, so they take no "@" options either."""
+    if not name.startswith("gemv_"):
+        return None
+    return int(re.search(r"_m(\d+)_", name.split("@")[0]).group(1))
 
 
 def reference(a, b, scale_a, scale_b, bias=None) -> torch.Tensor:

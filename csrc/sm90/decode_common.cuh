@@ -1,0 +1,47 @@
+// What the hand-written decode kernels (gemv_rowwise.cu, gemv_tensor_core.cu) share: the streaming weight load
+// and the epilogue, which in the user's frame is
+//
+//     out[i, j] = round_to_out( fma( scale_a[i] * scale_b[j], acc[i, j], bias[j] ) )          all in fp32
+//
+// the same operations in the same order as the CUTLASS kernels' EVT (rowwise_epilogue.cuh), so a decode kernel
+// and a CUTLASS kernel that reach the same fp32 accumulator write the same bits. Plain CUDA: no CUTLASS, no
+// libtorch.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "sm90/gemm_params.h"
+
+namespace fp8ext::sm90::decode {
+
+// The weight is read once: a streaming load (ld.global.cs, evict-first) keeps it from displacing the
+// activations, which every warp re-reads, in L1 and L2.
+__device__ __forceinline__ uint4 load_streaming(const void* p) { return __ldcs(static_cast<const uint4*>(p)); }
+
+template <typename Out> __device__ __forceinline__ Out from_float(float x);
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+
+template <typename Out> __device__ __forceinline__ float to_float(Out x);
+template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <> __device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float to_float<float>(float x) { return x; }
+
+// Writes out[i, j] from its fp32 accumulator; Out is the kernel's output element type.
+template <typename Out>
+__device__ __forceinline__ void store_output(const GemmParams& p, int64_t i, int64_t j, float acc) {
+  const float sa = p.scale_a[p.scale_a_per_row ? i : 0];
+  const float sb = p.scale_b[p.scale_b_per_col ? j : 0];
+  const float bias = p.bias != nullptr ? to_float(static_cast<const Out*>(p.bias)[j]) : 0.0f;
+  static_cast<Out*>(p.out)[i * p.ldo + j] = from_float<Out>(fmaf(sa * sb, acc, bias));
+}
+
+// The decode kernels need no global-memory workspace (the registry's WorkspaceFn).
+inline size_t no_workspace(const GemmParams&) { return 0; }
+
+}  // namespace fp8ext::sm90::decode

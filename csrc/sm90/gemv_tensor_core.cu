@@ -1,0 +1,203 @@
+// Decode on the tensor cores: M <= 64 tokens against an fp8 weight, K split over the warps of a block.
+//
+//     out[i, j] = round_to_out( fma( scale_a[i] * scale_b[j], acc[i, j], bias[j] ) )      (decode_common.cuh)
+//     acc[i, j] = sum over slices s = 0 .. S-1, in that order, of  sum_{k in slice s} a[i, k] * w[j, k]
+//                 (each slice's sum accumulated by mma.sync in fp32 registers; w[j, :] = column j of b)
+//
+// Why: a swapped CUTLASS kernel gives each 64-row weight tile to one CTA, so a small weight keeps few SMs
+// reading (4096 rows: 64 tiles for 132 SMs), and at M = 16-64 those rows ran at 0.92-0.95x of cuBLAS
+// tensor-wise. Here a warp owns 16 weight rows and one of S slices of K, and a block of 8 warps holds 8 / S such
+// row groups: a 4096-row weight with S = 8 is 256 blocks, every SM streaming. Operands go from global memory
+// straight into registers (16-byte streaming loads of the weight, cached loads of the activations, which the
+// block's other row groups reread) with no shared-memory pipeline: each weight byte is read once, and the time
+// is that read plus fixed costs. The S slices of a row are added through shared memory in a fixed order, so
+// the result does not depend on timing, and not on M either (batch invariant for a fixed S).
+//
+// MMA: mma.sync m16n8k32 with the e4m3 weight as A (weight rows on the MMA's M) and the activations as B (tokens
+// on its N, in 1, 2, 4 or 8 tiles of 8 for M <= 8, 16, 32, 64). In the fragment layout, lane (g = lane / 4, t = lane % 4)
+// holds A rows g and g + 8 and B column g, each at K offsets 4t..4t+3 (registers a0/a1, b0) and 16+4t..16+4t+3
+// (a2/a3, b1). A dot product may visit K in any order if both operands visit it in the same one, so each lane
+// instead loads 16 contiguous bytes (at 32t and 32t + 16 of a 128-wide K chunk) of its weight rows and its
+// token, and feeds each 16 bytes to two MMAs: words 0/1 as (k 4t.., k 16+4t..) of the first, words 2/3 of the
+// second. Weight and activation words pair up byte for byte, so every product a[i, k] * w[j, k] is formed once.
+//
+// The tensor core sums fp8 products with reduced precision before they reach the fp32 registers (as in the
+// CUTLASS fast kernels), so these kernels are registered for fast accumulation only.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "sm90/decode_common.cuh"
+#include "sm90/gemm_params.h"
+#include "sm90/kernel_registry.h"
+
+namespace fp8ext::sm90 {
+namespace {
+
+constexpr int kMaxM = 64;
+constexpr int kWarps = 8;     // warps per block
+constexpr int kRows = 16;     // weight rows per warp: the MMA's M
+constexpr int kChunk = 128;   // K per warp per load round: 4 lanes x 32 bytes
+// Load rounds in flight per warp: two, except with four or more token tiles, where two rounds of operands need
+// more than the 128 registers that keep two blocks per SM (ptxas spilled 36 bytes with four).
+template <int NT> constexpr int kUnroll = NT >= 4 ? 1 : 2;
+// Blocks per SM the registers must allow: eight token tiles hold 32 accumulators and 64 registers of activations
+// per round, more than 128 registers, so one block (8 warps) per SM.
+template <int NT> constexpr int kMinBlocks = NT >= 8 ? 1 : 2;
+
+// d += w * x for one m16n8k32 tile: A = weight (e4m3, 16 x 32), B = activations (8 tokens x 32), fp32 D.
+template <__nv_fp8_interpretation_t KindA>
+__device__ __forceinline__ void mma_16x8x32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                            uint32_t b0, uint32_t b1) {
+  if constexpr (KindA == __NV_E4M3) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e5m2.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// Two MMAs over 16 bytes of K: `lo` holds weight row g, `hi` row g + 8, `x` the token's bytes at the same K.
+template <__nv_fp8_interpretation_t KindA>
+__device__ __forceinline__ void mma_16_bytes(float (&d)[4], const uint4& lo, const uint4& hi, const uint4& x) {
+  mma_16x8x32<KindA>(d, lo.x, hi.x, lo.y, hi.y, x.x, x.y);
+  mma_16x8x32<KindA>(d, lo.z, hi.z, lo.w, hi.w, x.z, x.w);
+}
+
+// NT: tiles of 8 tokens (M <= 8 * NT). S: slices of K per row group.
+template <typename Out, __nv_fp8_interpretation_t KindA, int NT, int S>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<NT>) gemv_tc_kernel(GemmParams p) {
+  static_assert(kWarps % S == 0, "a block holds whole row groups");
+  constexpr int kRowGroups = kWarps / S;
+  constexpr int kBlockRows = kRowGroups * kRows;
+  __shared__ float partial[kWarps][NT * 8][kRows];  // each warp's sums: [warp][token][row in its group]
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;  // fragment group: weight rows g and g + 8, token g of each n8 tile
+  const int t = lane % 4;  // lane in group: which 32 bytes of a 128-wide K chunk
+  const int group = warp / S;
+  const int slice = warp % S;
+
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kBlockRows + group * kRows + g;
+  const bool row_ok[2] = {row < p.N, row + 8 < p.N};
+  const auto* w_lo = static_cast<const uint8_t*>(p.b) + row * p.ldb;
+  const auto* w_hi = w_lo + 8 * p.ldb;
+  const auto* a = static_cast<const uint8_t*>(p.a);
+
+  // This warp's K slice; slices are whole chunks except the last, which may be short or empty.
+  const int64_t slice_len = (p.K + S * kChunk - 1) / (S * kChunk) * kChunk;
+  const int64_t k_begin = slice * slice_len;
+  const int64_t k_end = k_begin + slice_len < p.K ? k_begin + slice_len : p.K;
+
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  float acc[NT][4] = {};
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kChunk * kUnroll<NT>) {
+    uint4 w[kUnroll<NT>][2][2];   // [round][row g, row g + 8][first, second 16 bytes]
+    uint4 x[kUnroll<NT>][NT][2];  // [round][token tile][first, second 16 bytes]
+#pragma unroll
+    for (int u = 0; u < kUnroll<NT>; ++u) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t k = k0 + u * kChunk + t * 32 + h * 16;
+        const bool in_k = k < k_end;  // K and every slice end are multiples of 16: a piece is whole or absent
+        w[u][0][h] = in_k && row_ok[0] ? decode::load_streaming(w_lo + k) : zero;
+        w[u][1][h] = in_k && row_ok[1] ? decode::load_streaming(w_hi + k) : zero;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const int token = nt * 8 + g;
+          x[u][nt][h] = in_k && token < p.M ? __ldg(reinterpret_cast<const uint4*>(a + token * p.lda + k)) : zero;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll<NT>; ++u) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma_16_bytes<KindA>(acc[nt], w[u][0][h], w[u][1][h], x[u][nt][h]);
+      }
+    }
+  }
+
+  // D fragment: acc[nt] = {(row g, token 2t), (row g, token 2t + 1), (row g + 8, token 2t), (row g + 8, 2t + 1)}.
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    partial[warp][nt * 8 + 2 * t][g] = acc[nt][0];
+    partial[warp][nt * 8 + 2 * t + 1][g] = acc[nt][1];
+    partial[warp][nt * 8 + 2 * t][g + 8] = acc[nt][2];
+    partial[warp][nt * 8 + 2 * t + 1][g + 8] = acc[nt][3];
+  }
+  __syncthreads();
+
+  // Consecutive threads take consecutive weight rows of one token: out[token, j] is contiguous in j.
+  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  for (int idx = threadIdx.x; idx < kBlockRows * NT * 8; idx += kWarps * 32) {
+    const int r = idx % kBlockRows;
+    const int token = idx / kBlockRows;
+    const int64_t j = first_row + r;
+    if (token >= p.M || j >= p.N) continue;
+    float sum = partial[(r / kRows) * S][token][r % kRows];
+#pragma unroll
+    for (int s = 1; s < S; ++s) sum += partial[(r / kRows) * S + s][token][r % kRows];
+    decode::store_output<Out>(p, token, j, sum);
+  }
+}
+
+template <typename Out, __nv_fp8_interpretation_t KindA, int S>
+cudaError_t launch_slices(const GemmParams& p) {
+  constexpr int64_t kBlockRows = kWarps / S * kRows;
+  const dim3 grid(static_cast<unsigned>((p.N + kBlockRows - 1) / kBlockRows));
+  const dim3 block(kWarps * 32);
+  if (p.M <= 8) {
+    gemv_tc_kernel<Out, KindA, 1, S><<<grid, block, 0, p.stream>>>(p);
+  } else if (p.M <= 16) {
+    gemv_tc_kernel<Out, KindA, 2, S><<<grid, block, 0, p.stream>>>(p);
+  } else if (p.M <= 32) {
+    gemv_tc_kernel<Out, KindA, 4, S><<<grid, block, 0, p.stream>>>(p);
+  } else {
+    gemv_tc_kernel<Out, KindA, 8, S><<<grid, block, 0, p.stream>>>(p);
+  }
+  return cudaGetLastError();
+}
+
+template <typename Out, int S>
+LaunchResult launch_gemv_tc(const GemmParams& p) {
+  if (p.M < 1 || p.M > kMaxM) return {false, "gemv_tc", "M must be between 1 and 64 for the gemv_tc kernels"};
+  const cudaError_t err = p.a_is_e5m2 ? launch_slices<Out, __NV_E5M2, S>(p) : launch_slices<Out, __NV_E4M3, S>(p);
+  if (err != cudaSuccess) return {false, "launch", cudaGetErrorString(err)};
+  return {};
+}
+
+constexpr KernelTraits gemv_tc_traits() {
+  KernelTraits t{};
+  t.schedule = Schedule::kGemv;
+  t.accum = Accum::kFast;
+  t.out = OutType::kBF16;
+  t.in_a = InType::kE4M3;
+  t.any_in_a = true;
+  t.max_m = kMaxM;
+  return t;
+}
+
+// One kernel per K split: which S fills the GPU best depends on the weight's rows and K (the dispatch table
+// carries the measured best). bf16 output only: the decode rows of the table are bf16.
+const bool kRegistered =
+    register_kernel({"gemv_tc_m64_s1_fast_bf16", gemv_tc_traits(), &launch_gemv_tc<__nv_bfloat16, 1>,
+                     &decode::no_workspace}) &&
+    register_kernel({"gemv_tc_m64_s2_fast_bf16", gemv_tc_traits(), &launch_gemv_tc<__nv_bfloat16, 2>,
+                     &decode::no_workspace}) &&
+    register_kernel({"gemv_tc_m64_s4_fast_bf16", gemv_tc_traits(), &launch_gemv_tc<__nv_bfloat16, 4>,
+                     &decode::no_workspace}) &&
+    register_kernel({"gemv_tc_m64_s8_fast_bf16", gemv_tc_traits(), &launch_gemv_tc<__nv_bfloat16, 8>,
+                     &decode::no_workspace});
+
+}  // namespace
+}  // namespace fp8ext::sm90
