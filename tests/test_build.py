@@ -9,7 +9,9 @@ import fp8ext
 ROOT = Path(__file__).resolve().parent.parent
 # The hand-written decode kernels (gemv_rowwise.cu, gemv_tensor_core.cu), which the generator's table does not list.
 DECODE_KERNELS = ({f"gemv_m4_precise_{o}" for o in ("bf16", "fp16", "fp32")}
-                  | {f"gemv_tc_m64_s{s}_fast_bf16" for s in (1, 2, 4, 8)})
+                  | {f"gemv_tc_m32_r16_s{s}_fast_bf16" for s in (4, 8)}
+                  | {f"gemv_tc_m32_r32_s{s}_fast_bf16" for s in (2, 4, 8)}
+                  | {f"gemv_tc_m16_r64_s{s}_fast_bf16" for s in (2, 4, 8)})
 
 
 def test_generated_kernels_match_the_table():

@@ -33,12 +33,12 @@ def test_sweep_candidates_add_new_kernels_only_where_they_fit_m():
 
 
 def test_candidates_give_decode_kernels_only_their_m_and_mode():
-    tc = "gemv_tc_m64_s4_fast_bf16"
-    names = ["gemv_m4_precise_bf16", tc, "gemv_m4_precise_fp16", PP]
-    assert tune.candidates(names, 4, fast=True) == ["gemv_m4_precise_bf16", tc]  # precise serves fast calls
+    tc, tc16 = "gemv_tc_m32_r32_s4_fast_bf16", "gemv_tc_m16_r64_s4_fast_bf16"
+    names = ["gemv_m4_precise_bf16", tc, tc16, "gemv_m4_precise_fp16", PP]
+    assert tune.candidates(names, 4, fast=True) == ["gemv_m4_precise_bf16", tc, tc16]  # precise serves fast calls
     assert tune.candidates(names, 4, fast=False) == ["gemv_m4_precise_bf16"]
-    assert tune.candidates(names, 64, fast=True) == [tc, PP]
-    assert tune.candidates(names, 65, fast=True) == [PP]
+    assert tune.candidates(names, 32, fast=True) == [tc, PP]
+    assert tune.candidates(names, 33, fast=True) == [PP]
 
 
 def test_head_to_head_gives_new_kernels_the_best_choice_options():

@@ -1,4 +1,4 @@
-// Decode on the tensor cores: M <= 64 tokens against an fp8 weight, K split over the warps of a block.
+// Decode on the tensor cores: M <= 32 (or 16) tokens against an fp8 weight, K split over the warps of a block.
 //
 //     out[i, j] = round_to_out( fma( scale_a[i] * scale_b[j], acc[i, j], bias[j] ) )      (decode_common.cuh)
 //     acc[i, j] = sum over slices s = 0 .. S-1, in that order, of  sum_{k in slice s} a[i, k] * w[j, k]
@@ -14,7 +14,7 @@
 // the result does not depend on timing, and not on M either (batch invariant for a fixed S).
 //
 // MMA: mma.sync m16n8k32 with the e4m3 weight as A (weight rows on the MMA's M) and the activations as B (tokens
-// on its N, in 1, 2, 4 or 8 tiles of 8 for M <= 8, 16, 32, 64). In the fragment layout, lane (g = lane / 4, t = lane % 4)
+// on its N, in 1, 2 or 4 tiles of 8 for M <= 8, 16, 32). In the fragment layout, lane (g = lane / 4, t = lane % 4)
 // holds A rows g and g + 8 and B column g, each at K offsets 4t..4t+3 (registers a0/a1, b0) and 16+4t..16+4t+3
 // (a2/a3, b1). A dot product may visit K in any order if both operands visit it in the same one, so each lane
 // instead loads 16 contiguous bytes (at 32t and 32t + 16 of a 128-wide K chunk) of its weight rows and its
@@ -36,16 +36,21 @@
 namespace fp8ext::sm90 {
 namespace {
 
-constexpr int kMaxM = 64;
-constexpr int kWarps = 8;     // warps per block
-constexpr int kRows = 16;     // weight rows per warp: the MMA's M
-constexpr int kChunk = 128;   // K per warp per load round: 4 lanes x 32 bytes
-// Load rounds in flight per warp: two, except with four or more token tiles, where two rounds of operands need
-// more than the 128 registers that keep two blocks per SM (ptxas spilled 36 bytes with four).
-template <int NT> constexpr int kUnroll = NT >= 4 ? 1 : 2;
-// Blocks per SM the registers must allow: eight token tiles hold 32 accumulators and 64 registers of activations
-// per round, more than 128 registers, so one block (8 warps) per SM.
-template <int NT> constexpr int kMinBlocks = NT >= 8 ? 1 : 2;
+constexpr int kWarps = 8;    // warps per block
+constexpr int kTileRows = 16;  // weight rows per MMA tile
+constexpr int kChunk = 128;  // K per warp per load round: 4 lanes x 32 bytes
+
+// Registers a warp's lane needs for MT weight tiles and NT token tiles: 16 per weight tile and 8 per token tile
+// per load round, 4 accumulators per (weight tile, token tile). Two load rounds in flight when they fit beside
+// the accumulators in about 96 registers, and two blocks per SM (at most 128 registers) when one round fits in
+// 88 (else one block, whose 8 warps then hold up to 8 KB of weight loads each). ptxas spilled with 96 at two
+// blocks, and with four weight tiles and four token tiles (160) even at one, so that pair is not built: the
+// 64-row kernels stop at M = 16.
+template <int MT, int NT> constexpr int kRoundRegs = 16 * MT + 8 * NT;
+template <int MT, int NT> constexpr int kAccRegs = 4 * MT * NT;
+template <int MT, int NT> constexpr int kRounds = 2 * kRoundRegs<MT, NT> + kAccRegs<MT, NT> <= 96 ? 2 : 1;
+template <int MT, int NT> constexpr int kMinBlocks = kRoundRegs<MT, NT> + kAccRegs<MT, NT> <= 88 ? 2 : 1;
+template <int MT> constexpr int kMaxTokens = MT >= 4 ? 16 : 32;
 
 // d += w * x for one m16n8k32 tile: A = weight (e4m3, 16 x 32), B = activations (8 tokens x 32), fp32 D.
 template <__nv_fp8_interpretation_t KindA>
@@ -71,25 +76,26 @@ __device__ __forceinline__ void mma_16_bytes(float (&d)[4], const uint4& lo, con
   mma_16x8x32<KindA>(d, lo.z, hi.z, lo.w, hi.w, x.z, x.w);
 }
 
-// NT: tiles of 8 tokens (M <= 8 * NT). S: slices of K per row group.
-template <typename Out, __nv_fp8_interpretation_t KindA, int NT, int S>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<NT>) gemv_tc_kernel(GemmParams p) {
+// MT: 16-row weight tiles per warp. NT: tiles of 8 tokens (M <= 8 * NT). S: slices of K per row group.
+template <typename Out, __nv_fp8_interpretation_t KindA, int MT, int NT, int S>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<MT, NT>) gemv_tc_kernel(GemmParams p) {
   static_assert(kWarps % S == 0, "a block holds whole row groups");
-  constexpr int kRowGroups = kWarps / S;
-  constexpr int kBlockRows = kRowGroups * kRows;
-  __shared__ float partial[kWarps][NT * 8][kRows];  // each warp's sums: [warp][token][row in its group]
+  static_assert(NT * 8 <= kMaxTokens<MT>, "this pair of weight and token tiles spills");
+  constexpr int kGroupRows = MT * kTileRows;
+  constexpr int kBlockRows = kWarps / S * kGroupRows;
+  constexpr int kRoundsInFlight = kRounds<MT, NT>;
+  // Each warp's sums of one weight tile at a time: [warp][token][row in the tile] (16 KB at most).
+  __shared__ float partial[kWarps][NT * 8][kTileRows];
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int g = lane / 4;  // fragment group: weight rows g and g + 8, token g of each n8 tile
+  const int g = lane / 4;  // fragment group: rows g and g + 8 of each weight tile, token g of each token tile
   const int t = lane % 4;  // lane in group: which 32 bytes of a 128-wide K chunk
   const int group = warp / S;
   const int slice = warp % S;
 
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kBlockRows + group * kRows + g;
-  const bool row_ok[2] = {row < p.N, row + 8 < p.N};
-  const auto* w_lo = static_cast<const uint8_t*>(p.b) + row * p.ldb;
-  const auto* w_hi = w_lo + 8 * p.ldb;
+  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kBlockRows + group * kGroupRows;
+  const auto* w = static_cast<const uint8_t*>(p.b);
   const auto* a = static_cast<const uint8_t*>(p.a);
 
   // This warp's K slice; slices are whole chunks except the last, which may be short or empty.
@@ -98,106 +104,126 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<NT>) gemv_tc_kernel(Ge
   const int64_t k_end = k_begin + slice_len < p.K ? k_begin + slice_len : p.K;
 
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  float acc[NT][4] = {};
-  for (int64_t k0 = k_begin; k0 < k_end; k0 += kChunk * kUnroll<NT>) {
-    uint4 w[kUnroll<NT>][2][2];   // [round][row g, row g + 8][first, second 16 bytes]
-    uint4 x[kUnroll<NT>][NT][2];  // [round][token tile][first, second 16 bytes]
+  float acc[MT][NT][4] = {};
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kChunk * kRoundsInFlight) {
+    uint4 wv[kRoundsInFlight][MT][2][2];  // [round][weight tile][row g, row g + 8][first, second 16 bytes]
+    uint4 xv[kRoundsInFlight][NT][2];     // [round][token tile][first, second 16 bytes]
 #pragma unroll
-    for (int u = 0; u < kUnroll<NT>; ++u) {
+    for (int u = 0; u < kRoundsInFlight; ++u) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t k = k0 + u * kChunk + t * 32 + h * 16;
         const bool in_k = k < k_end;  // K and every slice end are multiples of 16: a piece is whole or absent
-        w[u][0][h] = in_k && row_ok[0] ? decode::load_streaming(w_lo + k) : zero;
-        w[u][1][h] = in_k && row_ok[1] ? decode::load_streaming(w_hi + k) : zero;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int64_t row = first_row + mt * kTileRows + half * 8 + g;
+            wv[u][mt][half][h] = in_k && row < p.N ? decode::load_streaming(w + row * p.ldb + k) : zero;
+          }
+        }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           const int token = nt * 8 + g;
-          x[u][nt][h] = in_k && token < p.M ? __ldg(reinterpret_cast<const uint4*>(a + token * p.lda + k)) : zero;
+          xv[u][nt][h] = in_k && token < p.M ? __ldg(reinterpret_cast<const uint4*>(a + token * p.lda + k)) : zero;
         }
       }
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll<NT>; ++u) {
+    for (int u = 0; u < kRoundsInFlight; ++u) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma_16_bytes<KindA>(acc[nt], w[u][0][h], w[u][1][h], x[u][nt][h]);
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            mma_16_bytes<KindA>(acc[mt][nt], wv[u][mt][0][h], wv[u][mt][1][h], xv[u][nt][h]);
+          }
+        }
       }
     }
   }
 
-  // D fragment: acc[nt] = {(row g, token 2t), (row g, token 2t + 1), (row g + 8, token 2t), (row g + 8, 2t + 1)}.
+  // One weight tile at a time through shared memory: the D fragment of acc[mt][nt] is
+  // {(row g, token 2t), (row g, token 2t + 1), (row g + 8, token 2t), (row g + 8, token 2t + 1)}.
+  // Consecutive threads then take consecutive rows of one token: out[token, j] is contiguous in j.
+  constexpr int kOutputs = kWarps / S * kTileRows * NT * 8;
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    partial[warp][nt * 8 + 2 * t][g] = acc[nt][0];
-    partial[warp][nt * 8 + 2 * t + 1][g] = acc[nt][1];
-    partial[warp][nt * 8 + 2 * t][g + 8] = acc[nt][2];
-    partial[warp][nt * 8 + 2 * t + 1][g + 8] = acc[nt][3];
-  }
-  __syncthreads();
-
-  // Consecutive threads take consecutive weight rows of one token: out[token, j] is contiguous in j.
-  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kBlockRows;
-  for (int idx = threadIdx.x; idx < kBlockRows * NT * 8; idx += kWarps * 32) {
-    const int r = idx % kBlockRows;
-    const int token = idx / kBlockRows;
-    const int64_t j = first_row + r;
-    if (token >= p.M || j >= p.N) continue;
-    float sum = partial[(r / kRows) * S][token][r % kRows];
+  for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-    for (int s = 1; s < S; ++s) sum += partial[(r / kRows) * S + s][token][r % kRows];
-    decode::store_output<Out>(p, token, j, sum);
+    for (int nt = 0; nt < NT; ++nt) {
+      partial[warp][nt * 8 + 2 * t][g] = acc[mt][nt][0];
+      partial[warp][nt * 8 + 2 * t + 1][g] = acc[mt][nt][1];
+      partial[warp][nt * 8 + 2 * t][g + 8] = acc[mt][nt][2];
+      partial[warp][nt * 8 + 2 * t + 1][g + 8] = acc[mt][nt][3];
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kOutputs; idx += kWarps * 32) {
+      const int r = idx % kTileRows;
+      const int grp = idx / kTileRows % (kWarps / S);
+      const int token = idx / (kTileRows * (kWarps / S));
+      const int64_t j = static_cast<int64_t>(blockIdx.x) * kBlockRows + grp * kGroupRows + mt * kTileRows + r;
+      if (token >= p.M || j >= p.N) continue;
+      float sum = partial[grp * S][token][r];
+#pragma unroll
+      for (int s = 1; s < S; ++s) sum += partial[grp * S + s][token][r];
+      decode::store_output<Out>(p, token, j, sum);
+    }
+    __syncthreads();  // before the next tile overwrites `partial`
   }
 }
 
-template <typename Out, __nv_fp8_interpretation_t KindA, int S>
-cudaError_t launch_slices(const GemmParams& p) {
-  constexpr int64_t kBlockRows = kWarps / S * kRows;
+template <typename Out, __nv_fp8_interpretation_t KindA, int MT, int S>
+cudaError_t launch_tiles(const GemmParams& p) {
+  constexpr int64_t kBlockRows = kWarps / S * MT * kTileRows;
   const dim3 grid(static_cast<unsigned>((p.N + kBlockRows - 1) / kBlockRows));
   const dim3 block(kWarps * 32);
   if (p.M <= 8) {
-    gemv_tc_kernel<Out, KindA, 1, S><<<grid, block, 0, p.stream>>>(p);
+    gemv_tc_kernel<Out, KindA, MT, 1, S><<<grid, block, 0, p.stream>>>(p);
   } else if (p.M <= 16) {
-    gemv_tc_kernel<Out, KindA, 2, S><<<grid, block, 0, p.stream>>>(p);
-  } else if (p.M <= 32) {
-    gemv_tc_kernel<Out, KindA, 4, S><<<grid, block, 0, p.stream>>>(p);
-  } else {
-    gemv_tc_kernel<Out, KindA, 8, S><<<grid, block, 0, p.stream>>>(p);
+    gemv_tc_kernel<Out, KindA, MT, 2, S><<<grid, block, 0, p.stream>>>(p);
+  } else if constexpr (kMaxTokens<MT> >= 32) {
+    gemv_tc_kernel<Out, KindA, MT, 4, S><<<grid, block, 0, p.stream>>>(p);
   }
   return cudaGetLastError();
 }
 
-template <typename Out, int S>
+template <typename Out, int MT, int S>
 LaunchResult launch_gemv_tc(const GemmParams& p) {
-  if (p.M < 1 || p.M > kMaxM) return {false, "gemv_tc", "M must be between 1 and 64 for the gemv_tc kernels"};
-  const cudaError_t err = p.a_is_e5m2 ? launch_slices<Out, __NV_E5M2, S>(p) : launch_slices<Out, __NV_E4M3, S>(p);
+  if (p.M < 1 || p.M > kMaxTokens<MT>) return {false, "gemv_tc", "M is beyond this gemv_tc kernel (see its name)"};
+  const cudaError_t err =
+      p.a_is_e5m2 ? launch_tiles<Out, __NV_E5M2, MT, S>(p) : launch_tiles<Out, __NV_E4M3, MT, S>(p);
   if (err != cudaSuccess) return {false, "launch", cudaGetErrorString(err)};
   return {};
 }
 
-constexpr KernelTraits gemv_tc_traits() {
+constexpr KernelTraits gemv_tc_traits(int max_m) {
   KernelTraits t{};
   t.schedule = Schedule::kGemv;
   t.accum = Accum::kFast;
   t.out = OutType::kBF16;
   t.in_a = InType::kE4M3;
   t.any_in_a = true;
-  t.max_m = kMaxM;
+  t.max_m = max_m;
   return t;
 }
 
-// One kernel per K split: which S fills the GPU best depends on the weight's rows and K (the dispatch table
-// carries the measured best). bf16 output only: the decode rows of the table are bf16.
-const bool kRegistered =
-    register_kernel({"gemv_tc_m64_s1_fast_bf16", gemv_tc_traits(), &launch_gemv_tc<__nv_bfloat16, 1>,
-                     &decode::no_workspace}) &&
-    register_kernel({"gemv_tc_m64_s2_fast_bf16", gemv_tc_traits(), &launch_gemv_tc<__nv_bfloat16, 2>,
-                     &decode::no_workspace}) &&
-    register_kernel({"gemv_tc_m64_s4_fast_bf16", gemv_tc_traits(), &launch_gemv_tc<__nv_bfloat16, 4>,
-                     &decode::no_workspace}) &&
-    register_kernel({"gemv_tc_m64_s8_fast_bf16", gemv_tc_traits(), &launch_gemv_tc<__nv_bfloat16, 8>,
-                     &decode::no_workspace});
+template <int MT, int S>
+bool register_variant(const char* name) {
+  return register_kernel({name, gemv_tc_traits(kMaxTokens<MT>), &launch_gemv_tc<__nv_bfloat16, MT, S>, &decode::no_workspace});
+}
+
+// gemv_tc_m<max M>_r<rows per warp>_s<K slices>: more rows per warp cut the activation traffic, more slices keep a
+// small weight's blocks numerous; the dispatch table carries the measured best per shape. bf16 output only:
+// the decode rows of the table are bf16.
+const bool kRegistered = register_variant<1, 4>("gemv_tc_m32_r16_s4_fast_bf16") &&
+                         register_variant<1, 8>("gemv_tc_m32_r16_s8_fast_bf16") &&
+                         register_variant<2, 2>("gemv_tc_m32_r32_s2_fast_bf16") &&
+                         register_variant<2, 4>("gemv_tc_m32_r32_s4_fast_bf16") &&
+                         register_variant<2, 8>("gemv_tc_m32_r32_s8_fast_bf16") &&
+                         register_variant<4, 2>("gemv_tc_m16_r64_s2_fast_bf16") &&
+                         register_variant<4, 4>("gemv_tc_m16_r64_s4_fast_bf16") &&
+                         register_variant<4, 8>("gemv_tc_m16_r64_s8_fast_bf16");
 
 }  // namespace
 }  // namespace fp8ext::sm90
