@@ -15,7 +15,7 @@ Here or anywhere, from recorded runs (the sweep's rows replace the base run's ro
 The raw measurements (every kernel's median time per shape, the torch peers beside them) are kept in the repo;
 --write-table turns them into csrc/sm90/heuristic_table.inc: for each accumulation mode, M bucket and weight
 shape, the fastest kernel and the fastest one without a workspace (not stream-K), which CUDA-graph capture
-uses. dispatch.cpp reads that table (nearest measured weight shape, smallest bucket >= M).
+uses; kernels measured once but no longer built are passed over. dispatch.cpp reads that table (nearest measured weight shape, smallest bucket >= M).
 """
 from __future__ import annotations
 
@@ -27,10 +27,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = ROOT / "csrc" / "sm90" / "heuristic_table.inc"
 sys.path.insert(0, str(ROOT / "csrc" / "sm90"))
-from generate_kernels import ROWS  # noqa: E402  (the kernel table: which names are stream-K)
+from generate_kernels import ROWS, decode_kernel_names  # noqa: E402  (the kernel table: which names are stream-K)
 
 # Kernels that need a global-memory workspace; dispatch passes over them during CUDA-graph capture.
 WORKSPACE_KERNELS = {r.name for r in ROWS if r.schedule == "sk"}
+# Every kernel the full build has: a recorded measurement of a kernel dropped since never enters the table.
+BUILT_KERNELS = {r.name for r in ROWS} | decode_kernel_names()
 
 
 def candidates(names: list[str], M: int, fast: bool) -> list[str]:
@@ -172,13 +174,18 @@ def heat_up(seconds: float = 3.0) -> None:
 
 
 def head_to_head_choices(row: dict, extra: tuple[str, ...], built: set[str]) -> list[str]:
-    """The base row's fastest choice, and each `extra` kernel that fits the row's M with that choice's scheduler
-    options (the GEMV has none)."""
+    """The base row's fastest choice (and its fastest without a workspace, when the fastest needs one: the table's
+    CUDA-graph column), and each `extra` kernel that fits the row's M with the fastest choice's scheduler options
+    (the decode kernels have none)."""
     best = min(row["kernels"], key=row["kernels"].get)
+    picks = [best]
+    if best.split("@")[0] in WORKSPACE_KERNELS:
+        no_workspace = [k for k in row["kernels"] if k.split("@")[0] not in WORKSPACE_KERNELS]
+        picks += [min(no_workspace, key=row["kernels"].get)] if no_workspace else []
     opts = best[best.index("@"):] if "@" in best else ""
     new = [k if k.startswith("gemv_") else k + opts
            for k in candidates(list(extra), row["M"], row["use_fast_accum"]) if k in built]
-    return [best] + [k for k in new if k != best]
+    return picks + [k for k in new if k not in picks]
 
 
 def time_interleaved(timer, choices: list[str], call, peer, rounds: int = 3) -> tuple[dict[str, float], float]:
@@ -267,7 +274,7 @@ def write_table(result: dict, source: str) -> None:
              "// accumulation mode, M bucket and weight shape, and the fastest one that needs no workspace (used",
              "// during CUDA-graph capture). {OutType, Accum, m_max, n, k, \"kernel\", \"capture kernel\"}"]
     for row in sorted(result["rows"], key=lambda r: (not r["use_fast_accum"], r["N"] * r["K"], r["M"])):
-        times = row["kernels"]
+        times = {k: t for k, t in row["kernels"].items() if k.split("@")[0] in BUILT_KERNELS}
         no_workspace = {k: t for k, t in times.items() if k.split("@")[0] not in WORKSPACE_KERNELS}
         if not times or not no_workspace:
             continue

@@ -7,11 +7,17 @@ from pathlib import Path
 import fp8ext
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "csrc" / "sm90"))
+from generate_kernels import ROWS, decode_kernel_names  # noqa: E402
+
 # The hand-written decode kernels (gemv_rowwise.cu, gemv_tensor_core.cu), which the generator's table does not list.
-DECODE_KERNELS = ({f"gemv_m4_precise_{o}" for o in ("bf16", "fp16", "fp32")}
-                  | {f"gemv_tc_m32_r16_s{s}_fast_bf16" for s in (4, 8)}
-                  | {f"gemv_tc_m32_r32_s{s}_fast_bf16" for s in (2, 4, 8)}
-                  | {f"gemv_tc_m16_r64_s{s}_fast_bf16" for s in (2, 4, 8)})
+DECODE_KERNELS = decode_kernel_names()
+
+
+def test_decode_kernel_names_are_read_from_their_sources():
+    assert {f"gemv_m4_precise_{o}" for o in ("bf16", "fp16", "fp32")} <= DECODE_KERNELS
+    assert {"gemv_tc_m32_r16_s4_fast_bf16", "gemv_tc_m32_r16_s8_fast_bf16"} <= DECODE_KERNELS
+    assert all(n.startswith("gemv_") and n.split("_")[-1] in ("bf16", "fp16", "fp32") for n in DECODE_KERNELS)
 
 
 def test_generated_kernels_match_the_table():
@@ -40,8 +46,6 @@ def test_dispatch_table_names_built_kernels_and_valid_options():
     # dispatch.cpp skips a table row whose name does not parse, so a typo would silently fall back to the shape
     # rules: every row must name a kernel of the generator's table (or the GEMV), with well-formed options.
     import re
-    sys.path.insert(0, str(ROOT / "csrc" / "sm90"))
-    from generate_kernels import ROWS
     names = {r.name for r in ROWS} | DECODE_KERNELS
     text = (ROOT / "csrc" / "sm90" / "heuristic_table.inc").read_text()
     rows = re.findall(r'^\{OutType::\w+, Accum::\w+, \d+, \d+, \d+, "([^"]+)", "([^"]+)"\},$', text, re.M)

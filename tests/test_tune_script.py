@@ -51,6 +51,16 @@ def test_head_to_head_gives_new_kernels_the_best_choice_options():
     assert tune.head_to_head_choices(r, ov, built) == ["gemv_m4_precise_bf16", *ov]  # the GEMV has no options
     assert tune.head_to_head_choices(r, ov, {ov[1]}) == ["gemv_m4_precise_bf16", ov[1]]  # only what is built
 
+
+def test_head_to_head_keeps_the_capture_choice_of_a_stream_k_row():
+    # The head to head replaces its rows in the table, so when the fastest needs a workspace it also times the
+    # fastest without one, or the CUDA-graph column would fall to whatever new kernel was timed.
+    swap_sk, swap_pp = "swap_sk_128x32x128_c1x1_fast_bf16", "swap_pp_64x32x128_c1x1_fast_bf16"
+    tc = "gemv_tc_m32_r16_s8_fast_bf16"
+    r = row(32, {swap_sk: 1.0, swap_pp: 1.1, "swap_pp_64x16x128_c1x1_fast_bf16": 1.2})
+    assert tune.head_to_head_choices(r, (tc,), {tc}) == [swap_sk, swap_pp, tc]
+    assert tune.head_to_head_choices(row(32, {swap_pp: 1.0, swap_sk: 1.1}), (tc,), {tc}) == [swap_pp, tc]
+
 def test_merge_replaces_only_the_swept_rows():
     base = {"commit": "base", "gpu": "H200", "torch": "t", "rows": [row(256, {PP: 2.0}), row(512, {PP: 2.0})]}
     sched = {"commit": "sweep", "rows": [row(512, {PP + "@M8": 1.5, PP + "@N1": 1.8})]}
@@ -70,6 +80,18 @@ def test_table_capture_column_skips_stream_k_with_options(tmp_path, monkeypatch)
     tune.write_table(result, "test")
     lines = [line for line in table.read_text().splitlines() if line.startswith("{")]
     assert lines == [f'{{OutType::kBF16, Accum::kFast, 512, 4096, 4096, "{SK}@M4", "{PP}@N8"}},']
+
+
+def test_table_passes_over_kernels_no_longer_built(tmp_path, monkeypatch):
+    # A recorded head to head may hold kernels dropped from the build since (the r64 decode kernels of 3bb28e7).
+    monkeypatch.setattr(tune, "TABLE", tmp_path / "table.inc")
+    monkeypatch.setattr(tune, "ROOT", tmp_path)
+    tc = "gemv_tc_m32_r16_s8_fast_bf16"
+    result = {"gpu": "H200", "torch": "t", "commit": "c",
+              "rows": [row(8, {"gemv_tc_m16_r64_s8_fast_bf16": 0.9, tc: 1.0, PP: 1.2})]}
+    tune.write_table(result, "test")
+    lines = [line for line in (tmp_path / "table.inc").read_text().splitlines() if line.startswith("{")]
+    assert lines == [f'{{OutType::kBF16, Accum::kFast, 8, 4096, 4096, "{tc}", "{tc}"}},']
 
 
 def test_row_selection():

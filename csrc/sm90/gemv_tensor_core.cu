@@ -1,4 +1,4 @@
-// Decode on the tensor cores: M <= 32 (or 16) tokens against an fp8 weight, K split over the warps of a block.
+// Decode on the tensor cores: M <= 32 tokens against an fp8 weight, K split over the warps of a block.
 //
 //     out[i, j] = round_to_out( fma( scale_a[i] * scale_b[j], acc[i, j], bias[j] ) )      (decode_common.cuh)
 //     acc[i, j] = sum over slices s = 0 .. S-1, in that order, of  sum_{k in slice s} a[i, k] * w[j, k]
@@ -6,12 +6,19 @@
 //
 // Why: a swapped CUTLASS kernel gives each 64-row weight tile to one CTA, so a small weight keeps few SMs
 // reading (4096 rows: 64 tiles for 132 SMs), and at M = 16-64 those rows ran at 0.92-0.95x of cuBLAS
-// tensor-wise. Here a warp owns 16 weight rows and one of S slices of K, and a block of 8 warps holds 8 / S such
-// row groups: a 4096-row weight with S = 8 is 256 blocks, every SM streaming. Operands go from global memory
-// straight into registers (16-byte streaming loads of the weight, cached loads of the activations, which the
-// block's other row groups reread) with no shared-memory pipeline: each weight byte is read once, and the time
-// is that read plus fixed costs. The S slices of a row are added through shared memory in a fixed order, so
-// the result does not depend on timing, and not on M either (batch invariant for a fixed S).
+// tensor-wise. Here a warp owns R = 16 or 32 weight rows (one or two MMA tiles) and one of S slices of K, and a
+// block of 8 warps holds 8 / S such row groups: a 4096-row weight with R = 16, S = 8 is 256 blocks, every SM
+// streaming. Operands go from global memory straight into registers (16-byte streaming loads of the weight,
+// cached loads of the activations) with no shared-memory pipeline: each weight byte is read once, and the time
+// is that read plus fixed costs. The S slices of a row are added through shared memory in a fixed order, so the
+// result does not depend on timing, and not on M either (batch invariant for a fixed kernel).
+//
+// Measured on the H200 (bench/tuning/h200-2026-11-30-gemv-tc-head-to-head-3bb28e7.json): against the table's
+// picks, 1.01-1.17x at M = 4 and 8 on all but the three largest weights, up to 1.16x at M = 1 on 6 of the 12, and
+// 1.01-1.11x at M = 16 on 5 small ones; slower at M = 32 everywhere. Time grows with the token tiles (M = 32
+// takes 1.5-2x the time of M = 8), and four 16-row tiles per warp, which cut the activation reads by 4, ran no
+// faster than one, so the limit is not the activation traffic; the tensor core's mma.sync rate for fp8 is the
+// likely one (not profiled).
 //
 // MMA: mma.sync m16n8k32 with the e4m3 weight as A (weight rows on the MMA's M) and the activations as B (tokens
 // on its N, in 1, 2 or 4 tiles of 8 for M <= 8, 16, 32). In the fragment layout, lane (g = lane / 4, t = lane % 4)
@@ -43,14 +50,12 @@ constexpr int kChunk = 128;  // K per warp per load round: 4 lanes x 32 bytes
 // Registers a warp's lane needs for MT weight tiles and NT token tiles: 16 per weight tile and 8 per token tile
 // per load round, 4 accumulators per (weight tile, token tile). Two load rounds in flight when they fit beside
 // the accumulators in about 96 registers, and two blocks per SM (at most 128 registers) when one round fits in
-// 88 (else one block, whose 8 warps then hold up to 8 KB of weight loads each). ptxas spilled with 96 at two
-// blocks, and with four weight tiles and four token tiles (160) even at one, so that pair is not built: the
-// 64-row kernels stop at M = 16.
+// 88 (else one block). ptxas spilled with 96 at two blocks.
 template <int MT, int NT> constexpr int kRoundRegs = 16 * MT + 8 * NT;
 template <int MT, int NT> constexpr int kAccRegs = 4 * MT * NT;
 template <int MT, int NT> constexpr int kRounds = 2 * kRoundRegs<MT, NT> + kAccRegs<MT, NT> <= 96 ? 2 : 1;
 template <int MT, int NT> constexpr int kMinBlocks = kRoundRegs<MT, NT> + kAccRegs<MT, NT> <= 88 ? 2 : 1;
-template <int MT> constexpr int kMaxTokens = MT >= 4 ? 16 : 32;
+constexpr int kMaxM = 32;
 
 // d += w * x for one m16n8k32 tile: A = weight (e4m3, 16 x 32), B = activations (8 tokens x 32), fp32 D.
 template <__nv_fp8_interpretation_t KindA>
@@ -80,7 +85,6 @@ __device__ __forceinline__ void mma_16_bytes(float (&d)[4], const uint4& lo, con
 template <typename Out, __nv_fp8_interpretation_t KindA, int MT, int NT, int S>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<MT, NT>) gemv_tc_kernel(GemmParams p) {
   static_assert(kWarps % S == 0, "a block holds whole row groups");
-  static_assert(NT * 8 <= kMaxTokens<MT>, "this pair of weight and token tiles spills");
   constexpr int kGroupRows = MT * kTileRows;
   constexpr int kBlockRows = kWarps / S * kGroupRows;
   constexpr int kRoundsInFlight = kRounds<MT, NT>;
@@ -182,7 +186,7 @@ cudaError_t launch_tiles(const GemmParams& p) {
     gemv_tc_kernel<Out, KindA, MT, 1, S><<<grid, block, 0, p.stream>>>(p);
   } else if (p.M <= 16) {
     gemv_tc_kernel<Out, KindA, MT, 2, S><<<grid, block, 0, p.stream>>>(p);
-  } else if constexpr (kMaxTokens<MT> >= 32) {
+  } else {
     gemv_tc_kernel<Out, KindA, MT, 4, S><<<grid, block, 0, p.stream>>>(p);
   }
   return cudaGetLastError();
@@ -190,40 +194,35 @@ cudaError_t launch_tiles(const GemmParams& p) {
 
 template <typename Out, int MT, int S>
 LaunchResult launch_gemv_tc(const GemmParams& p) {
-  if (p.M < 1 || p.M > kMaxTokens<MT>) return {false, "gemv_tc", "M is beyond this gemv_tc kernel (see its name)"};
+  if (p.M < 1 || p.M > kMaxM) return {false, "gemv_tc", "M must be between 1 and 32 for the gemv_tc kernels"};
   const cudaError_t err =
       p.a_is_e5m2 ? launch_tiles<Out, __NV_E5M2, MT, S>(p) : launch_tiles<Out, __NV_E4M3, MT, S>(p);
   if (err != cudaSuccess) return {false, "launch", cudaGetErrorString(err)};
   return {};
 }
 
-constexpr KernelTraits gemv_tc_traits(int max_m) {
+constexpr KernelTraits gemv_tc_traits() {
   KernelTraits t{};
   t.schedule = Schedule::kGemv;
   t.accum = Accum::kFast;
   t.out = OutType::kBF16;
   t.in_a = InType::kE4M3;
   t.any_in_a = true;
-  t.max_m = max_m;
+  t.max_m = kMaxM;
   return t;
 }
 
 template <int MT, int S>
 bool register_variant(const char* name) {
-  return register_kernel({name, gemv_tc_traits(kMaxTokens<MT>), &launch_gemv_tc<__nv_bfloat16, MT, S>, &decode::no_workspace});
+  return register_kernel({name, gemv_tc_traits(), &launch_gemv_tc<__nv_bfloat16, MT, S>, &decode::no_workspace});
 }
 
-// gemv_tc_m<max M>_r<rows per warp>_s<K slices>: more rows per warp cut the activation traffic, more slices keep a
-// small weight's blocks numerous; the dispatch table carries the measured best per shape. bf16 output only:
-// the decode rows of the table are bf16.
+// gemv_tc_m32_r<rows per warp>_s<K slices>: the three that won rows in the head to head of eight (3bb28e7; r32
+// with S = 2 or 4 and r64 with S = 2, 4, 8 won none). More slices keep a small weight's blocks numerous; the
+// dispatch table carries the measured best per shape. bf16 output only: the decode rows of the table are bf16.
 const bool kRegistered = register_variant<1, 4>("gemv_tc_m32_r16_s4_fast_bf16") &&
                          register_variant<1, 8>("gemv_tc_m32_r16_s8_fast_bf16") &&
-                         register_variant<2, 2>("gemv_tc_m32_r32_s2_fast_bf16") &&
-                         register_variant<2, 4>("gemv_tc_m32_r32_s4_fast_bf16") &&
-                         register_variant<2, 8>("gemv_tc_m32_r32_s8_fast_bf16") &&
-                         register_variant<4, 2>("gemv_tc_m16_r64_s2_fast_bf16") &&
-                         register_variant<4, 4>("gemv_tc_m16_r64_s4_fast_bf16") &&
-                         register_variant<4, 8>("gemv_tc_m16_r64_s8_fast_bf16");
+                         register_variant<2, 8>("gemv_tc_m32_r32_s8_fast_bf16");
 
 }  // namespace
 }  // namespace fp8ext::sm90
