@@ -89,7 +89,7 @@ fi
 # first line of csrc/sm90/heuristic_table.inc names them); retable merges this run's sweep after them.
 SWEEP_BASE=${FP8EXT_SWEEP_BASE:-bench/tuning/h200-2026-11-29-run2.json}
 SWEEPS=()
-for f in ${FP8EXT_SWEEPS-bench/tuning/h200-2026-11-29-sched100-89f6ac2.json bench/tuning/h200-2026-11-29-sched100-aa42021.json bench/tuning/h200-2026-11-30-ov-head-to-head-7fdf915.json}; do
+for f in ${FP8EXT_SWEEPS-bench/tuning/h200-2026-11-29-sched100-89f6ac2.json bench/tuning/h200-2026-11-29-sched100-aa42021.json bench/tuning/h200-2026-11-30-ov-head-to-head-7fdf915.json bench/tuning/h200-2026-11-30-decode-head-to-head-fda5256.json}; do
   SWEEPS+=(--sweep "$f")
 done
 if [[ $STAGES == *,sweep,* ]]; then
