@@ -85,11 +85,13 @@ fi
 # The tile scheduler's options (raster x band) for the best kernels of a recorded tune run, rows with M >= 256.
 # Measured at the bench's length (100 ms): the card is power-capped, and 10 ms bursts run before the cap bites,
 # which favoured walks that lost up to 14% in the sustained bench (docs/perf_notes.md, session 4).
-# The base is what the committed table was written from: run2 with the recorded sweeps merged in, in order (the
-# first line of csrc/sm90/heuristic_table.inc names them); retable merges this run's sweep after them.
-SWEEP_BASE=${FP8EXT_SWEEP_BASE:-bench/tuning/h200-2026-11-29-run2.json}
+# The base is what the committed table was written from: a tune run with the recorded sweeps merged in, in order
+# (the first line of csrc/sm90/heuristic_table.inc names them; tune.py --table-sources reads it); retable merges
+# this run's sweep after them.
+mapfile -t TABLE_SOURCES < <($PY scripts/tune.py --table-sources)
+SWEEP_BASE=${FP8EXT_SWEEP_BASE:-${TABLE_SOURCES[0]}}
 SWEEPS=()
-for f in ${FP8EXT_SWEEPS-bench/tuning/h200-2026-11-29-sched100-89f6ac2.json bench/tuning/h200-2026-11-29-sched100-aa42021.json bench/tuning/h200-2026-11-30-ov-head-to-head-7fdf915.json bench/tuning/h200-2026-11-30-decode-head-to-head-fda5256.json}; do
+for f in ${FP8EXT_SWEEPS-${TABLE_SOURCES[@]:1}}; do
   SWEEPS+=(--sweep "$f")
 done
 if [[ $STAGES == *,sweep,* ]]; then

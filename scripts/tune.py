@@ -287,6 +287,13 @@ def write_table(result: dict, source: str) -> None:
     print(f"wrote {TABLE.relative_to(ROOT)} ({len(lines) - 4} rows)")
 
 
+def table_sources(table: Path = TABLE) -> list[str]:
+    """The recorded runs a table was written from, as its first line names them (write_table): the base run,
+    then the merged sweeps in order, as paths relative to the repository."""
+    header = Path(table).read_text().splitlines()[0]
+    return header.split(" from ", 1)[1].split(" + ")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, help="measure on this GPU and write the raw JSON here")
@@ -310,9 +317,14 @@ def main() -> int:
                    help="with --sweep-from and --extra: time only each row's best choice against the extra kernels "
                         "with the same scheduler options, interleaved (a new kernel against the table's pick)")
     p.add_argument("--accum", choices=("fast", "precise"), help="with --sweep-from: only rows of this mode")
+    p.add_argument("--table-sources", action="store_true",
+                   help="print the recorded runs the committed table was written from, one per line, and exit")
     p.add_argument("--extra", default="", help="comma-separated kernels new since the base run, timed in the "
                                                "sweep wherever candidates() would time them at the row's M")
     args = p.parse_args()
+    if args.table_sources:
+        print("\n".join(table_sources()))
+        return 0
     if args.sweep_from:
         if not args.out:
             p.error("--sweep-from needs --out")

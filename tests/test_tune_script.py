@@ -105,18 +105,12 @@ def test_row_selection():
     assert tune.rows_below(bench, 0.99) == {(1, 4096, 4096, True), (3, 4096, 4096, False)}
 
 
-def table_sources() -> list[str]:
-    """The recorded runs the committed table names in its first line: the base run, then the sweeps in order."""
-    header = (ROOT / "csrc/sm90/heuristic_table.inc").read_text().splitlines()[0]
-    return header.split(" from ", 1)[1].split(" + ")
-
-
 def test_recorded_tables_are_reproducible(tmp_path, monkeypatch):
     # The committed table is what the runs it names produce: run2 merged with the sustained sweeps, later ones
     # winning (the 4-row sweep, then the 72 rows below 0.97x or at M = 128, then the precise head-to-head of the
     # overlapped-promotion kernels), written by write_table itself.
     committed = (ROOT / "csrc/sm90/heuristic_table.inc").read_text()
-    sources = table_sources()
+    sources = tune.table_sources()
     assert len(sources) >= 2 and all((ROOT / s).is_file() for s in sources), sources
     monkeypatch.setattr(tune, "TABLE", tmp_path / "table.inc")
     monkeypatch.setattr(tune, "ROOT", tmp_path)
@@ -128,9 +122,15 @@ def test_recorded_tables_are_reproducible(tmp_path, monkeypatch):
 
 def test_gpu_check_sweeps_start_from_the_tables_sources():
     # scripts/gpu_check.sh's sweep and retable stages merge onto what the committed table was written from;
-    # a sweep merged onto run2 alone would silently drop the earlier sweeps from a rewritten table.
+    # a sweep merged onto the base run alone would silently drop the earlier sweeps from a rewritten table.
+    # The script takes the list from tune.py --table-sources; run its lines that set the base and the sweeps.
+    import subprocess
     text = (ROOT / "scripts/gpu_check.sh").read_text()
-    base, *sweeps = table_sources()
-    assert f"FP8EXT_SWEEP_BASE:-{base}}}" in text
-    assert f"FP8EXT_SWEEPS-{' '.join(sweeps)}}}" in text
-
+    start = text.index("mapfile -t TABLE_SOURCES")
+    snippet = text[start:text.index("done", start) + 4]
+    out = subprocess.run(["bash", "-c", f"cd {ROOT}; PY={sys.executable}; {snippet}\n"
+                          'echo "$SWEEP_BASE"; printf "%s\\n" "${SWEEPS[@]}"'],
+                         capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"}).stdout.split()
+    base, *sweeps = tune.table_sources()
+    assert out == [base] + [x for s in sweeps for x in ("--sweep", s)]
+    assert (ROOT / base).is_file() and all((ROOT / s).is_file() for s in sweeps)

@@ -43,9 +43,9 @@
 namespace fp8ext::sm90 {
 namespace {
 
-constexpr int kWarps = 8;    // warps per block
+constexpr int kWarps = 8;      // warps per block
 constexpr int kTileRows = 16;  // weight rows per MMA tile
-constexpr int kChunk = 128;  // K per warp per load round: 4 lanes x 32 bytes
+constexpr int kChunk = 128;    // K per warp per load round: 4 lanes x 32 bytes
 
 // Registers a warp's lane needs for MT weight tiles and NT token tiles: 16 per weight tile and 8 per token tile
 // per load round, 4 accumulators per (weight tile, token tile). Two load rounds in flight when they fit beside

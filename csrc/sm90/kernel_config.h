@@ -11,7 +11,8 @@ enum class Schedule {
   kPingpong,     // two consumer warpgroups, each owns a whole tile; epilogue of one overlaps the MMA of the other
   kCooperative,  // two consumer warpgroups split one tile along M
   kStreamK,      // cooperative, with the stream-K tile scheduler (K split across CTAs for few, deep tiles)
-  kGemv,         // not CUTLASS: the decode GEMV of gemv_rowwise.cu (M <= 4)
+  kGemv,         // not CUTLASS, no tile scheduler: the decode kernels gemv_rowwise.cu (M <= 4), gemv_tensor_core.cu
+                 // (M <= 32)
 };
 
 enum class Accum {
