@@ -15,7 +15,8 @@ Here or anywhere, from recorded runs (the sweep's rows replace the base run's ro
 The raw measurements (every kernel's median time per shape, the torch peers beside them) are kept in the repo;
 --write-table turns them into csrc/sm90/heuristic_table.inc: for each accumulation mode, M bucket and weight
 shape, the fastest kernel and the fastest one without a workspace (not stream-K), which CUDA-graph capture
-uses; kernels measured once but no longer built are passed over. dispatch.cpp reads that table (nearest measured weight shape, smallest bucket >= M).
+uses; kernels measured once but no longer built are passed over. dispatch.cpp reads that table (nearest
+measured weight shape, smallest bucket >= M).
 """
 from __future__ import annotations
 

@@ -61,6 +61,7 @@ def test_head_to_head_keeps_the_capture_choice_of_a_stream_k_row():
     assert tune.head_to_head_choices(r, (tc,), {tc}) == [swap_sk, swap_pp, tc]
     assert tune.head_to_head_choices(row(32, {swap_pp: 1.0, swap_sk: 1.1}), (tc,), {tc}) == [swap_pp, tc]
 
+
 def test_merge_replaces_only_the_swept_rows():
     base = {"commit": "base", "gpu": "H200", "torch": "t", "rows": [row(256, {PP: 2.0}), row(512, {PP: 2.0})]}
     sched = {"commit": "sweep", "rows": [row(512, {PP + "@M8": 1.5, PP + "@N1": 1.8})]}

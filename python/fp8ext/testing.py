@@ -74,7 +74,7 @@ def kernel_dtypes(name: str):
 
 def kernel_max_m(name: str) -> Optional[int]:
     """The largest M that a hand-written decode kernel computes, from its name (gemv_m4_precise_bf16: 4,
-    gemv_tc_m32_s4_fast_bf16: 32); None for the CUTLASS kernels, which take any M. The decode kernels ("gemv_")
+    gemv_tc_m32_r16_s4_fast_bf16: 32); None for the CUTLASS kernels, which take any M. The decode kernels ("gemv_")
     have no tile scheduler, so they take no "@" options either."""
     if not name.startswith("gemv_"):
         return None
