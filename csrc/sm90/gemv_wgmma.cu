@@ -18,7 +18,7 @@
 // with cp.async into a ring of shared-memory stages in the 128-byte-swizzled K-major layout that wgmma reads;
 // stages - 2 copies stay in flight and one wgmma batch (4 x k32 over the stage) runs while the next stage lands.
 // The weight copies carry an L2 evict-first hint: each weight byte is read once, the activations by every tile.
-// Tokens beyond M are not copied: a wgmma column depends only on its own token, and those columns are dropped.
+// Tokens beyond M are zero-filled (no global read), and their output columns are dropped.
 //
 // The tensor core sums fp8 products with reduced precision before they reach the fp32 registers (as in the
 // CUTLASS fast kernels), so these kernels are registered for fast accumulation only.
@@ -59,6 +59,7 @@ struct WgConfig {
   static constexpr int kStageBytes = (Rows + N) * kTileK;
   static constexpr int kStages = kBudget / kStageBytes < 8 ? kBudget / kStageBytes : 8;
   static_assert(kStages >= 4, "two stages in flight at least");
+  static_assert(Rows * 8 % kThreads == 0 && N * 8 % kThreads == 0, "every thread copies as many pieces");
   // The slices' sums, [token][row] with 4 floats of padding, reuse the stages once the main loop is done.
   static constexpr int kRedStride = Rows + 4;
   static constexpr int kRedBytes = N * kRedStride * 4;
@@ -119,20 +120,23 @@ __global__ void __launch_bounds__(WgConfig<ElementB, Rows, N>::kThreads, WgConfi
   const auto* a = static_cast<const uint8_t*>(p.a);
   const uint64_t policy = evict_first_policy();
 
+  // Every thread runs the same number of copies, out-of-range ones as zero fills: wgmma is a warpgroup-wide
+  // (.aligned) instruction, and the warps must arrive at it converged.
   auto load_tile = [&](int t, int stage) {
     const int64_t k0 = static_cast<int64_t>(kt_begin + t) * kTileK;
 #pragma unroll
-    for (int c = tid; c < Rows * 8; c += kThreads) {  // Rows x 8 pieces of 16 bytes, Rows * 8 / kThreads = 4
-      const int r = c / 8, piece = c % 8;
+    for (int i = 0; i < Rows * 8 / kThreads; ++i) {  // Rows x 8 pieces of 16 bytes
+      const int c = tid + i * kThreads, r = c / 8, piece = c % 8;
       const int64_t row = row0 + r, k = k0 + piece * 16;
       const bool in = row < p.N && k < p.K;  // K is a multiple of 16: a piece is whole or absent
       const uint32_t off = typename Cfg::SmemLayoutA{}(r, piece * 16, stage);
       copy_weight_16(smem_a_addr + off, in ? w + row * p.ldb + k : w, in ? 16 : 0, policy);
     }
-    for (int c = tid; c < m_valid * 8; c += kThreads) {
-      const int token = c / 8, piece = c % 8;
+#pragma unroll
+    for (int i = 0; i < N * 8 / kThreads; ++i) {  // N x 8 pieces; tokens beyond M are zeros
+      const int c = tid + i * kThreads, token = c / 8, piece = c % 8;
       const int64_t k = k0 + piece * 16;
-      const bool in = k < p.K;
+      const bool in = token < m_valid && k < p.K;
       const uint32_t off = typename Cfg::SmemLayoutB{}(token, piece * 16, stage);
       copy_16(smem_b_addr + off, in ? a + token * p.lda + k : a, in ? 16 : 0);
     }
@@ -161,6 +165,7 @@ __global__ void __launch_bounds__(WgConfig<ElementB, Rows, N>::kThreads, WgConfi
     if (t + kStages - 2 < n_tiles) load_tile(t + kStages - 2, (t + kStages - 2) % kStages);
     copy_commit();
     const int stage = t % kStages;
+    __syncwarp();
     warpgroup_fence_operand(acc);
     warpgroup_arrive();
 #pragma unroll
