@@ -17,7 +17,6 @@
 // Main loop: every thread copies its share of a stage (R weight rows and the M token rows of 128 bytes of K)
 // with cp.async into a ring of shared-memory stages in the 128-byte-swizzled K-major layout that wgmma reads;
 // stages - 2 copies stay in flight and one wgmma batch (4 x k32 over the stage) runs while the next stage lands.
-// The weight copies carry an L2 evict-first hint: each weight byte is read once, the activations by every tile.
 // Tokens beyond M are zero-filled (no global read), and their output columns are dropped.
 //
 // The tensor core sums fp8 products with reduced precision before they reach the fp32 registers (as in the
@@ -75,17 +74,9 @@ struct WgConfig {
   using TiledMma = decltype(make_tiled_mma(Atom{}, Layout<Shape<Int<kWarpgroups>, _1, _1>>{}));
 };
 
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-
-// 16 bytes global -> shared; src_bytes = 0 writes zeros and reads nothing (K beyond the end, weight rows beyond N).
-__device__ __forceinline__ void copy_weight_16(uint32_t dst, const void* src, int src_bytes, uint64_t policy) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n"
-               :: "r"(dst), "l"(src), "r"(src_bytes), "l"(policy));
-}
+// 16 bytes global -> shared; src_bytes = 0 writes zeros and reads nothing (K beyond the end, rows beyond N, tokens
+// beyond M). The L2::cache_hint form (an evict-first policy for the weight) trapped with an illegal instruction on
+// the H200 (compute-sanitizer, 62cf8ee), so both operands take the plain copy.
 __device__ __forceinline__ void copy_16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(src_bytes));
 }
@@ -118,7 +109,6 @@ __global__ void __launch_bounds__(WgConfig<ElementB, Rows, N>::kThreads, WgConfi
 
   const auto* w = static_cast<const uint8_t*>(p.b);
   const auto* a = static_cast<const uint8_t*>(p.a);
-  const uint64_t policy = evict_first_policy();
 
   // Every thread runs the same number of copies, out-of-range ones as zero fills: wgmma is a warpgroup-wide
   // (.aligned) instruction, and the warps must arrive at it converged.
@@ -130,7 +120,7 @@ __global__ void __launch_bounds__(WgConfig<ElementB, Rows, N>::kThreads, WgConfi
       const int64_t row = row0 + r, k = k0 + piece * 16;
       const bool in = row < p.N && k < p.K;  // K is a multiple of 16: a piece is whole or absent
       const uint32_t off = typename Cfg::SmemLayoutA{}(r, piece * 16, stage);
-      copy_weight_16(smem_a_addr + off, in ? w + row * p.ldb + k : w, in ? 16 : 0, policy);
+      copy_16(smem_a_addr + off, in ? w + row * p.ldb + k : w, in ? 16 : 0);
     }
 #pragma unroll
     for (int i = 0; i < N * 8 / kThreads; ++i) {  // N x 8 pieces; tokens beyond M are zeros
