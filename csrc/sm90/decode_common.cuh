@@ -44,17 +44,4 @@ __device__ __forceinline__ void store_output(const GemmParams& p, int64_t i, int
 // The decode kernels need no global-memory workspace (the registry's WorkspaceFn).
 inline size_t no_workspace(const GemmParams&) { return 0; }
 
-// What the tensor-core decode kernels register as: fast accumulation, bf16 output, e4m3 or e5m2 activations,
-// M <= max_m.
-constexpr KernelTraits tensor_core_traits(int max_m) {
-  KernelTraits t{};
-  t.schedule = Schedule::kGemv;
-  t.accum = Accum::kFast;
-  t.out = OutType::kBF16;
-  t.in_a = InType::kE4M3;
-  t.any_in_a = true;
-  t.max_m = max_m;
-  return t;
-}
-
 }  // namespace fp8ext::sm90::decode

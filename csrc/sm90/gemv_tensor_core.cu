@@ -201,10 +201,20 @@ LaunchResult launch_gemv_tc(const GemmParams& p) {
   return {};
 }
 
+constexpr KernelTraits gemv_tc_traits() {
+  KernelTraits t{};
+  t.schedule = Schedule::kGemv;
+  t.accum = Accum::kFast;
+  t.out = OutType::kBF16;
+  t.in_a = InType::kE4M3;
+  t.any_in_a = true;
+  t.max_m = kMaxM;
+  return t;
+}
+
 template <int MT, int S>
 bool register_variant(const char* name) {
-  return register_kernel(
-      {name, decode::tensor_core_traits(kMaxM), &launch_gemv_tc<__nv_bfloat16, MT, S>, &decode::no_workspace});
+  return register_kernel({name, gemv_tc_traits(), &launch_gemv_tc<__nv_bfloat16, MT, S>, &decode::no_workspace});
 }
 
 // gemv_tc_m32_r<rows per warp>_s<K slices>: the three that won rows in the head to head of eight (3bb28e7; r32

@@ -12,7 +12,7 @@ enum class Schedule {
   kCooperative,  // two consumer warpgroups split one tile along M
   kStreamK,      // cooperative, with the stream-K tile scheduler (K split across CTAs for few, deep tiles)
   kGemv,         // not CUTLASS, no tile scheduler: the decode kernels gemv_rowwise.cu (M <= 4), gemv_tensor_core.cu
-                 // (M <= 32), gemv_wgmma.cu (M <= 128)
+                 // (M <= 32)
 };
 
 enum class Accum {
