@@ -11,7 +11,8 @@
 # recorded tune run: tune.py --sweep-from), retable (write csrc/sm90/heuristic_table.inc from this run's tune.json
 # or sweep, and rebuild), bench, inductor (torch.compile max-autotune peer on the baseline's 7 shapes:
 # scripts/inductor_peer.sh, FP8EXT_INDUCTOR_BUDGET_S, default 420 s), multigpu (needs 2 GPUs), invariance
-# (scripts/batch_invariance.py), edge (scripts/edge_numerics.py), sanitize (scripts/sanitize.sh). Wheels that the machine lacks (nvidia-cutlass for
+# (scripts/batch_invariance.py), host (scripts/host_overhead.py: host time per eager call), edge
+# (scripts/edge_numerics.py), sanitize (scripts/sanitize.sh). Wheels that the machine lacks (nvidia-cutlass for
 # the headers) may be placed in .whl/; they are installed to a private prefix first. The build is in place and
 # incremental (build/ is reused when the machine is still warm).
 set -euo pipefail
@@ -139,6 +140,10 @@ if [[ $STAGES == *,invariance,* ]]; then
   $PY scripts/batch_invariance.py --json "$OUT_DIR/batch_invariance.json" >"$OUT_DIR/batch_invariance.log" 2>&1 \
     || { tail -30 "$OUT_DIR/batch_invariance.log"; exit 1; }
   awk '$0 !~ /identical 100.00%/' "$OUT_DIR/batch_invariance.log" | head -40
+fi
+
+if [[ $STAGES == *,host,* ]]; then
+  $PY scripts/host_overhead.py --json "$OUT_DIR/host_overhead.json" 2>&1 | tee "$OUT_DIR/host_overhead.log"
 fi
 
 if [[ $STAGES == *,edge,* ]]; then
