@@ -38,10 +38,10 @@ def main() -> None:
         for fast in (True, False):
             first = fp8ext.scaled_mm(a[:8], b, sa[:8], sb, use_fast_accum=fast).float()
             for M in MS:
-                rows_compared = min(M, 8)
-                out = fp8ext.scaled_mm(a[:M], b, sa[:M], sb, use_fast_accum=fast)[:rows_compared].float()
-                diff = (out - first[:rows_compared]).abs()
-                rel = (diff / first[:rows_compared].abs().clamp_min(1e-30)).max().item()
+                ref = first[:min(M, 8)]
+                out = fp8ext.scaled_mm(a[:M], b, sa[:M], sb, use_fast_accum=fast)[:len(ref)].float()
+                diff = (out - ref).abs()
+                rel = (diff / ref.abs().clamp_min(1e-30)).max().item()
                 row = {"N": N, "K": K, "use_fast_accum": fast, "M": M,
                        "kernel": fp8ext.selected_kernel(M, N, K, use_fast_accum=fast),
                        "identical_fraction": (diff == 0).float().mean().item(), "max_rel_diff": rel}
