@@ -50,9 +50,10 @@ constexpr int kMaxCluster = 8;  // the portable cluster size
 
 // The mainloop of one (weight rows x tokens) tile: CUTLASS's collective for the swapped ping-pong fast kernels,
 // built for a cluster of one CTA (no multicast: the CTAs of our cluster read different K slices).
-template <int TileRows, int TileTokens>
+template <int TileRows, int TileTokens, int CtasPerSm>
 struct Mainloop {
   static constexpr int kRows = TileRows;
+  static constexpr int kCtasPerSm = CtasPerSm;
   static constexpr int kTokens = TileTokens;
   // Row stride of the partial tile in shared memory, [token][row]: the 4 floats of padding spread the wgmma
   // accumulator layout's writes over all 32 banks, and keep rows 16-byte aligned for float4 reads.
@@ -60,10 +61,13 @@ struct Mainloop {
   static constexpr int kPartialBytes = TileTokens * kLd * 4;
 
   using TileShape = cute::Shape<cute::Int<TileRows>, cute::Int<TileTokens>, cute::Int<kTileK>>;
+  // As many stages as fit: all of shared memory for one CTA per SM; for two, each at most 112 KiB (an SM has
+  // 228 KiB, 1 KiB of it reserved per CTA).
+  static constexpr int kCarveout = CtasPerSm == 1 ? 0 : 232448 - 112 * 1024;
   using Collective = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::float_e4m3_t, cutlass::layout::RowMajor, 16,
       cutlass::float_e4m3_t, cutlass::layout::ColumnMajor, 16, float, TileShape, cute::Shape<cute::_1, cute::_1, cute::_1>,
-      cutlass::gemm::collective::StageCountAuto,
+      cutlass::gemm::collective::StageCountAutoCarveout<kCarveout>,
       cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum>::CollectiveOp;
   using Pipeline = typename Collective::MainloopPipeline;
 
@@ -88,7 +92,7 @@ struct KernelParams {
 };
 
 template <class ML, typename Out>
-__global__ void __launch_bounds__(kThreads, 1) cluster_splitk_kernel(const __grid_constant__ KernelParams<ML> kp) {
+__global__ void __launch_bounds__(kThreads, ML::kCtasPerSm) cluster_splitk_kernel(const __grid_constant__ KernelParams<ML> kp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace cute;
   using Collective = typename ML::Collective;
@@ -190,9 +194,9 @@ __global__ void __launch_bounds__(kThreads, 1) cluster_splitk_kernel(const __gri
 #endif
 }
 
-template <int TileRows, int TileTokens, typename Out>
+template <int TileRows, int TileTokens, int CtasPerSm, typename Out>
 cudaError_t launch_tile(const GemmParams& p, int S) {
-  using ML = Mainloop<TileRows, TileTokens>;
+  using ML = Mainloop<TileRows, TileTokens, CtasPerSm>;
   using Collective = typename ML::Collective;
   // The MMA's frame (rowwise_gemm.cuh, swap_ab): A = the weight [N, K], B = the activations [M, K].
   typename Collective::Arguments args{};
@@ -230,14 +234,14 @@ cudaError_t launch_tile(const GemmParams& p, int S) {
 
 // Token tile by M: the narrowest of 16, 32, 64, 128 that holds all M tokens (one token tile, so each weight
 // byte is read once).
-template <int TileRows, typename Out>
+template <int TileRows, int CtasPerSm, typename Out>
 LaunchResult launch(const GemmParams& p, int S) {
   if (p.M < 1 || p.M > kMaxM) return {false, "cluster_splitk", "M must be between 1 and 128 for the csk kernels"};
   if (p.a_is_e5m2) return {false, "cluster_splitk", "the csk kernels read e4m3 activations only"};
-  const cudaError_t err = p.M <= 16   ? launch_tile<TileRows, 16, Out>(p, S)
-                          : p.M <= 32 ? launch_tile<TileRows, 32, Out>(p, S)
-                          : p.M <= 64 ? launch_tile<TileRows, 64, Out>(p, S)
-                                      : launch_tile<TileRows, 128, Out>(p, S);
+  const cudaError_t err = p.M <= 16   ? launch_tile<TileRows, 16, CtasPerSm, Out>(p, S)
+                          : p.M <= 32 ? launch_tile<TileRows, 32, CtasPerSm, Out>(p, S)
+                          : p.M <= 64 ? launch_tile<TileRows, 64, CtasPerSm, Out>(p, S)
+                                      : launch_tile<TileRows, 128, CtasPerSm, Out>(p, S);
   if (err != cudaSuccess) return {false, "launch", cudaGetErrorString(err)};
   return {};
 }
@@ -253,16 +257,16 @@ constexpr KernelTraits traits() {
   return t;
 }
 
-template <int TileRows, int S>
+template <int TileRows, int CtasPerSm, int S>
 LaunchResult launch_bf16(const GemmParams& p) {
-  return launch<TileRows, __nv_bfloat16>(p, S);
+  return launch<TileRows, CtasPerSm, __nv_bfloat16>(p, S);
 }
 
 // Used by the gemv_cluster_splitk_r*.cu files, which name their variants (the names are read from the sources).
-template <int TileRows, int S>
+template <int TileRows, int CtasPerSm, int S>
 bool register_variant(const char* name) {
-  static_assert(S >= 2 && S <= kMaxCluster, "a cluster of 2 to 8 CTAs");
-  return register_kernel({name, traits(), &launch_bf16<TileRows, S>, &decode::no_workspace});
+  static_assert(S >= 1 && S <= kMaxCluster, "a cluster of 1 to 8 CTAs");
+  return register_kernel({name, traits(), &launch_bf16<TileRows, CtasPerSm, S>, &decode::no_workspace});
 }
 
 }  // namespace fp8ext::sm90::cluster_splitk

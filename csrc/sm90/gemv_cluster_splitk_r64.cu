@@ -5,7 +5,10 @@
 
 namespace {
 using fp8ext::sm90::cluster_splitk::register_variant;
-const bool kRegistered = register_variant<64, 2>("gemv_csk_m128_r64_s2_fast_bf16") &&
-                         register_variant<64, 4>("gemv_csk_m128_r64_s4_fast_bf16") &&
-                         register_variant<64, 8>("gemv_csk_m128_r64_s8_fast_bf16");
+const bool kRegistered = register_variant<64, 1, 2>("gemv_csk_m128_r64_s2_fast_bf16") &&
+                         register_variant<64, 1, 4>("gemv_csk_m128_r64_s4_fast_bf16") &&
+                         register_variant<64, 1, 8>("gemv_csk_m128_r64_s8_fast_bf16") &&
+                         register_variant<64, 2, 1>("gemv_csk_m128_r64_o2_s1_fast_bf16") &&
+                         register_variant<64, 2, 2>("gemv_csk_m128_r64_o2_s2_fast_bf16") &&
+                         register_variant<64, 2, 4>("gemv_csk_m128_r64_o2_s4_fast_bf16");
 }  // namespace
