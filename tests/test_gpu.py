@@ -135,9 +135,6 @@ def test_every_kernel_forced_by_name(name):
     elif name.startswith("gemv_tc_"):  # M up to the name's, in 1, 2 or 4 tiles of 8 tokens; K a multiple of 16
         shapes = [(M, N, K) for M, N, K in [(1, 1040, 2736), (8, 7168, 1040), (9, 2736, 272), (16, 1040, 16),
                                             (17, 7168, 1040), (32, 2736, 7168)] if M <= kernel_max_m(name)]
-    elif name.startswith("gemv_csk_"):  # M <= 128 in token tiles of 16, 32, 64, 128; K split over a cluster
-        shapes = [(1, 1040, 2736), (16, 7168, 1040), (17, 2736, 272), (64, 1040, 16), (65, 7168, 1040),
-                  (128, 2736, 7168)]
     with fp8ext.force_kernel(name):
         for M, N, K in shapes:
             run_and_check(M, N, K, out_dtype, fast, with_bias=True, a_dtype=a_dtype)
@@ -239,43 +236,6 @@ def test_tensor_core_decode_exact_on_small_integers_and_reads_e5m2(name):
             assert torch.equal(out, exact), f"{name} M={M} N={N} K={K}"
         for M in (3, kernel_max_m(name)):  # e5m2 activations take the mixed-type MMA
             run_and_check(M, 2736, 1040, torch.bfloat16, True, with_bias=True, a_dtype=torch.float8_e5m2)
-
-
-CSK_DECODE_KERNELS = [n for n in fp8ext.kernel_names() if n.startswith("gemv_csk_")]
-
-
-@pytest.mark.parametrize("name", CSK_DECODE_KERNELS or ["<no cluster split-K decode kernel built>"])
-def test_cluster_splitk_decode_exact_on_small_integers(name):
-    # cluster_splitk_decode.cuh splits K over the S CTAs of a cluster and adds their partial tiles through
-    # distributed shared memory: with small integers and power-of-two scales every partial sum is exact, so a lost
-    # or doubled K slice, a partial read from the wrong rank or a misplaced token shows as an inexact result.
-    # M covers every token tile (16, 32, 64, 128) and partly filled ones; N = 272 and 1040 end in partial weight
-    # tiles; K = 128 and 384 leave some ranks of a cluster of 4 or 8 only K tiles past the end (zeros from TMA),
-    # K = 2320 (19 tiles) an uneven split.
-    if name.startswith("<"):
-        pytest.skip("no cluster split-K decode kernel in this build")
-    with fp8ext.force_kernel(name):
-        for M, N, K in [(1, 256, 128), (5, 272, 2320), (16, 1040, 384), (17, 256, 2320), (33, 272, 1024),
-                        (64, 1040, 128), (100, 256, 2320), (128, 1040, 1024)]:
-            a = torch.randint(-4, 5, (M, K), device=DEV).float()
-            w = torch.randint(-4, 5, (N, K), device=DEV).float()
-            sa = torch.exp2(torch.randint(-3, 4, (M, 1), device=DEV).float())
-            sb = torch.exp2(torch.randint(-3, 4, (1, N), device=DEV).float())
-            bias = torch.randint(-8, 9, (N,), device=DEV).to(torch.bfloat16)
-            out = fp8ext.scaled_mm(a.to(E4M3), w.to(E4M3).t(), sa, sb, bias=bias, out_dtype=torch.bfloat16,
-                                   use_fast_accum=True)
-            exact = ((a.double() @ w.double().t()) * sa.double() * sb.double() + bias.double()).to(torch.bfloat16)
-            assert torch.equal(out, exact), f"{name} M={M} N={N} K={K}"
-
-
-def test_cluster_splitk_decode_refuses_e5m2_activations():
-    # The csk kernels are built for e4m3 activations only; forcing one onto e5m2 must fail loudly, not compute
-    # with the wrong element type.
-    if not CSK_DECODE_KERNELS:
-        pytest.skip("no cluster split-K decode kernel in this build")
-    a, b, sa, sb = inputs(16, 1040, 1040, a_dtype=torch.float8_e5m2)
-    with fp8ext.force_kernel(CSK_DECODE_KERNELS[0]), pytest.raises(RuntimeError, match="does not compute this call"):
-        fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True)
 
 
 OPCHECK_UTILS = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
