@@ -7,8 +7,6 @@
 //   otherwise                   -> the float32 reference path on the GPU (correct, not fast)
 //
 // This file and bindings.cpp are the only ones that use libtorch; csrc/sm90 is plain CUDA/CUTLASS.
-#include <algorithm>
-#include <array>
 #include <string>
 #include <vector>
 
@@ -119,24 +117,34 @@ class ScopedEvent {
   cudaEvent_t event_ = nullptr;
 };
 
-// The autotuner's stopwatch: the median of a few launches on the call's own stream and operands, after one
-// warm-up launch (which also tells whether the kernel can run this problem at all). Writes into the call's
-// output, which the chosen kernel then overwrites. Candidates run with the scheduler's default options.
-double time_candidate_us(const sm90::KernelEntry& kernel, const sm90::GemmParams& p, const at::TensorOptions& options) {
-  if (!launch(kernel, p, options).ok) return -1.0;
+// The autotuner's stopwatch: one launch on the call's own stream and operands, timed with events, after L2 is
+// flushed by zeroing `flush` (when the caller could allocate it), so that a weight smaller than L2 is read
+// from HBM as in a model's forward pass, not from the previous timing's copy in L2. Returns -1 if the kernel
+// cannot run this problem. Writes into the call's output, which the chosen kernel then overwrites. Candidates
+// run with the scheduler's default options.
+double time_candidate_us(const sm90::KernelEntry& kernel, const sm90::GemmParams& p, const at::TensorOptions& options,
+                         at::Tensor& flush) {
+  if (flush.defined()) flush.zero_();
   const ScopedEvent start, stop;
-  constexpr int kReps = 5;
-  std::array<float, kReps> ms{};
-  for (float& t : ms) {
-    C10_CUDA_CHECK(cudaEventRecord(start.get(), p.stream));
-    const bool ok = launch(kernel, p, options).ok;
-    C10_CUDA_CHECK(cudaEventRecord(stop.get(), p.stream));
-    C10_CUDA_CHECK(cudaEventSynchronize(stop.get()));
-    C10_CUDA_CHECK(cudaEventElapsedTime(&t, start.get(), stop.get()));
-    if (!ok) return -1.0;
+  C10_CUDA_CHECK(cudaEventRecord(start.get(), p.stream));
+  const bool ok = launch(kernel, p, options).ok;
+  C10_CUDA_CHECK(cudaEventRecord(stop.get(), p.stream));
+  C10_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+  float ms = 0.0f;
+  C10_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+  return ok ? 1000.0 * ms : -1.0;
+}
+
+// Twice the L2 size, borrowed from the caching allocator for one tuning (given back to its cache afterwards);
+// undefined, and the timings unflushed, if the device has no room for it.
+at::Tensor l2_flush_buffer(const cudaDeviceProp& props, const at::TensorOptions& options) {
+  try {
+    return at::empty({2 * static_cast<int64_t>(props.l2CacheSize)}, options.dtype(at::kByte));
+  } catch (const c10::OutOfMemoryError&) {
+    TORCH_WARN_ONCE("fp8ext.autotune: no room for a ", 2 * props.l2CacheSize,
+                    "-byte buffer to flush L2 between timings; timing candidates without the flush");
+    return {};
   }
-  std::sort(ms.begin(), ms.end());
-  return 1000.0 * ms[kReps / 2];
 }
 
 // A kernel forced by name wins (it must compute this key); then, when autotuning is on, the bucket's
@@ -183,8 +191,9 @@ at::Tensor run_sm90(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
   // Autotuning: the first call of a bucket not yet tuned times every candidate.
   if (!untuned_bucket.empty()) {
     std::string file_error;
+    at::Tensor flush = l2_flush_buffer(props, a.options());
     const sm90::KernelEntry* tuned = sm90::autotune_tune(
-        untuned_bucket, key, [&](const sm90::KernelEntry& k) { return time_candidate_us(k, p, a.options()); },
+        untuned_bucket, key, [&](const sm90::KernelEntry& k) { return time_candidate_us(k, p, a.options(), flush); },
         &file_error);
     if (!file_error.empty()) TORCH_WARN("fp8ext.autotune: could not save the cache file: ", file_error);
     if (tuned != nullptr) choice = {tuned, {}};

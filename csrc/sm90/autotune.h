@@ -2,7 +2,8 @@
 // when a cache file is set, in a JSON file that later processes load (python/fp8ext/autotune.py reads it).
 //
 // A bucket is (GPU, M rounded up to a power of two, N, K, out dtype, accumulation, input dtypes). The first call
-// of a bucket times every built kernel that computes it, on the call's own operands, and keeps the fastest.
+// of a bucket times every built kernel that computes it, on the call's own operands, and keeps the fastest: the
+// median of 9 timings per candidate, taken in 3 interleaved turns after one untimed call.
 // Timing is the caller's job (scaled_mm_cuda.cu owns streams and events); this file is plain C++, no CUDA, no
 // libtorch. Thread-safe: lookups share a lock, and tuning is serialised so that concurrent tunings neither
 // disturb each other's timings nor tune one bucket twice.
@@ -29,8 +30,8 @@ bool autotune_enabled();
 // The remembered choice of this bucket if it is built and computes the key, else nullptr.
 const KernelEntry* autotune_lookup(const std::string& bucket, const ProblemKey& key);
 
-// Times each candidate with time_us (microseconds; negative when the candidate cannot run this problem),
-// remembers the fastest, and writes the cache file if one is set. Returns nullptr when no candidate ran. A
+// Times each candidate with time_us (one timing in microseconds per call; negative when the candidate cannot
+// run this problem), remembers the fastest, and writes the cache file if one is set. Returns nullptr when no candidate ran. A
 // failure to write the file leaves a message in *file_error (the choice is still kept in memory).
 using CandidateTimer = std::function<double(const KernelEntry&)>;
 const KernelEntry* autotune_tune(const std::string& bucket, const ProblemKey& key, const CandidateTimer& time_us,
