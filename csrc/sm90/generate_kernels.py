@@ -71,6 +71,11 @@ def _rows() -> list[Row]:
     # M 33..128 on weights whose 64-row tiles fill a last wave badly (18432 rows: 288 tiles, 2.2 waves): stream-K
     # evens out the waves, as swap_sk_128x32 does for M <= 32.
     rows += [Row("sk", (128, n, 128), (1, 1), "fast", "bf16", swap_ab=True) for n in (64, 128)]
+    # Decode with the activations multicast: the two CTAs of a 2x1 cluster own neighbouring weight-row tiles and
+    # read the same activation tile, which each then fetches half of from L2 (at M = 64-128 the activation tile is
+    # as large as a 64-row weight tile, or twice as large).
+    rows += [Row("pp", (64, n, 128), (2, 1), "fast", "bf16", swap_ab=True) for n in (32, 64, 128)]
+    rows.append(Row("pp", (128, 128, 128), (2, 1), "fast", "bf16", swap_ab=True))
     rows.append(Row("sk", (128, 128, 128), (1, 1), "fast", "bf16"))
     # Prefill / training (large M): big tiles, 2-CTA clusters multicasting the shared operand.
     rows.append(Row("pp", (128, 128, 128), (2, 1), "fast", "bf16"))
