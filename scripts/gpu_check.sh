@@ -11,8 +11,9 @@
 # recorded tune run: tune.py --sweep-from), retable (write csrc/sm90/heuristic_table.inc from this run's tune.json
 # or sweep, and rebuild), bench, inductor (torch.compile max-autotune peer on the baseline's 7 shapes:
 # scripts/inductor_peer.sh, FP8EXT_INDUCTOR_BUDGET_S, default 420 s), multigpu (needs 2 GPUs), invariance
-# (scripts/batch_invariance.py), host (scripts/host_overhead.py: host time per eager call), edge
-# (scripts/edge_numerics.py), sanitize (scripts/sanitize.sh). Wheels that the machine lacks (nvidia-cutlass for
+# (scripts/batch_invariance.py), host (scripts/host_overhead.py: host time per eager call), floor
+# (scripts/decode_floor.py: decode against an empty kernel and a plain read), autotune (scripts/autotune_vs_table.py:
+# the autotuner's picks against the table's), edge (scripts/edge_numerics.py), sanitize (scripts/sanitize.sh). Wheels that the machine lacks (nvidia-cutlass for
 # the headers) may be placed in .whl/; they are installed to a private prefix first. The build is in place and
 # incremental (build/ is reused when the machine is still warm).
 set -euo pipefail
@@ -144,6 +145,14 @@ fi
 
 if [[ $STAGES == *,host,* ]]; then
   $PY scripts/host_overhead.py --json "$OUT_DIR/host_overhead.json" 2>&1 | tee "$OUT_DIR/host_overhead.log"
+fi
+
+if [[ $STAGES == *,floor,* ]]; then
+  $PY scripts/decode_floor.py --json "$OUT_DIR/decode_floor.json" 2>&1 | tee "$OUT_DIR/decode_floor.log"
+fi
+
+if [[ $STAGES == *,autotune,* ]]; then
+  $PY scripts/autotune_vs_table.py --json "$OUT_DIR/autotune_vs_table.json" 2>&1 | tee "$OUT_DIR/autotune_vs_table.log"
 fi
 
 if [[ $STAGES == *,edge,* ]]; then
