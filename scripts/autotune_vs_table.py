@@ -7,14 +7,13 @@ same tensors. Also records how long the tuning call took.
     python scripts/autotune_vs_table.py [--json out.json] [--rep-ms 60]
 """
 import argparse
-import datetime
 import json
 import time
 
 import torch
 
 import fp8ext
-from fp8ext.bench import Timer, git_commit
+from fp8ext.bench import Timer, run_record
 from fp8ext.testing import random_operands
 
 # Decode and prefill rows of small, mid and large weights, both accumulation modes for some.
@@ -58,8 +57,7 @@ def main() -> None:
               f"{tune_ms:.0f} ms", flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"commit": git_commit(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "date": datetime.date.today().isoformat(),
+            json.dump({**run_record(),
                        "method": "fp8ext.bench.Timer (L2 flushed before each call, medians), table and autotuned "
                                  f"choice interleaved, {args.rep_ms} ms each; the same tensors for both",
                        "rows": rows}, f, indent=1)

@@ -11,13 +11,12 @@ and change the last bits. The M list brackets the table's switch points (the dec
     python scripts/batch_invariance.py [--json out.json]
 """
 import argparse
-import datetime
 import json
 
 import torch
 
 import fp8ext
-from fp8ext.bench import git_commit
+from fp8ext.bench import run_record
 from fp8ext.testing import random_fp8, random_scales
 
 MS = [1, 4, 5, 8, 16, 17, 32, 33, 64, 128, 129, 256, 512, 1024, 2048, 4096, 16384]
@@ -50,8 +49,7 @@ def main() -> None:
                       f"{row['kernel']:40s} identical {100 * row['identical_fraction']:6.2f}%  max rel {rel:.2e}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"commit": git_commit(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "date": datetime.date.today().isoformat(), "rows": rows}, f, indent=1)
+            json.dump({**run_record(), "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

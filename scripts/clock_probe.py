@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 import fp8ext
-from fp8ext.bench import Timer, git_commit, make_operands, tflops
+from fp8ext.bench import Timer, make_operands, run_record, tflops
 
 
 class Sampler:
@@ -86,8 +86,7 @@ def main() -> int:
                           flush=True)
         del a, b, sa, sb
     sampler.stop()
-    result = {"commit": git_commit(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "date": time.strftime("%Y-%m-%d"), "kernel": {f"{m}x{n}x{k}": fp8ext.selected_kernel(m, n, k)
+    result = {**run_record(), "kernel": {f"{m}x{n}x{k}": fp8ext.selected_kernel(m, n, k)
                                                            for m, n, k in shapes}, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")

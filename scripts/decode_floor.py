@@ -14,13 +14,12 @@ It puts each decode row next to its floor: the time over `empty` is what the wei
     python scripts/decode_floor.py [--json out.json] [--rep-ms 60]
 """
 import argparse
-import datetime
 import json
 
 import torch
 
 import fp8ext
-from fp8ext.bench import Timer, git_commit, suite_shapes
+from fp8ext.bench import Timer, run_record, suite_shapes
 from fp8ext.testing import random_operands
 
 MS = (1, 16, 32, 64, 128)
@@ -56,8 +55,7 @@ def main() -> None:
               + " ".join(f"M={M} {times[f'fp8ext M={M}']:.1f}" for M in MS), flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"commit": git_commit(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "date": datetime.date.today().isoformat(),
+            json.dump({**run_record(),
                        "method": f"fp8ext.bench.Timer (L2 flushed before each call, medians), interleaved turns, "
                                  f"{args.rep_ms} ms per choice; fast accumulation, bf16 out",
                        "rows": rows}, f, indent=1)

@@ -12,10 +12,11 @@
 # or sweep, and rebuild), bench, inductor (torch.compile max-autotune peer on the baseline's 7 shapes:
 # scripts/inductor_peer.sh, FP8EXT_INDUCTOR_BUDGET_S, default 420 s), multigpu (needs 2 GPUs), invariance
 # (scripts/batch_invariance.py), host (scripts/host_overhead.py: host time per eager call), floor
-# (scripts/decode_floor.py: decode against an empty kernel and a plain read), autotune (scripts/autotune_vs_table.py:
-# the autotuner's picks against the table's), edge (scripts/edge_numerics.py), sanitize (scripts/sanitize.sh). Wheels that the machine lacks (nvidia-cutlass for
-# the headers) may be placed in .whl/; they are installed to a private prefix first. The build is in place and
-# incremental (build/ is reused when the machine is still warm).
+# (scripts/decode_floor.py: decode against an empty kernel and a plain read), autotune
+# (scripts/autotune_vs_table.py: the autotuner's picks against the table's), edge (scripts/edge_numerics.py),
+# sanitize (scripts/sanitize.sh). Wheels that the machine lacks (nvidia-cutlass for the headers) may be placed
+# in .whl/; they are installed to a private prefix first. The build is in place and incremental (build/ is
+# reused when the machine is still warm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR="${FP8EXT_OUT:-gpu_check_out}"

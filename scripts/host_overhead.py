@@ -9,14 +9,13 @@ none of this is paid per replay. A third loop allocates the output alone, for sc
     python scripts/host_overhead.py [--json out.json]
 """
 import argparse
-import datetime
 import json
 import time
 
 import torch
 
 import fp8ext
-from fp8ext.bench import git_commit
+from fp8ext.bench import run_record
 from fp8ext.testing import random_operands
 
 SHAPES = [(1, 256, 256), (16, 512, 512)]
@@ -57,8 +56,7 @@ def main() -> None:
               f"allocating the output alone {row['empty_output_us']:.1f}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"commit": git_commit(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "date": datetime.date.today().isoformat(), "method": __doc__.split("\n\n")[1],
+            json.dump({**run_record(), "method": __doc__.split("\n\n")[1],
                        "calls_per_loop": CALLS, "rows": rows}, f, indent=1)
 
 

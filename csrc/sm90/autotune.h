@@ -31,8 +31,8 @@ bool autotune_enabled();
 const KernelEntry* autotune_lookup(const std::string& bucket, const ProblemKey& key);
 
 // Times each candidate with time_us (one timing in microseconds per call; negative when the candidate cannot
-// run this problem), remembers the fastest, and writes the cache file if one is set. Returns nullptr when no candidate ran. A
-// failure to write the file leaves a message in *file_error (the choice is still kept in memory).
+// run this problem), remembers the fastest, and writes the cache file if one is set. Returns nullptr when no
+// candidate ran. A failure to write the file leaves a message in *file_error (the choice is still kept in memory).
 using CandidateTimer = std::function<double(const KernelEntry&)>;
 const KernelEntry* autotune_tune(const std::string& bucket, const ProblemKey& key, const CandidateTimer& time_us,
                                  std::string* file_error);

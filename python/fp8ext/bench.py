@@ -77,6 +77,12 @@ def git_commit() -> str:
         return "unknown"
 
 
+def run_record() -> dict:
+    """What every JSON record of an H200 measurement starts with: commit, GPU, torch version and date."""
+    return {"commit": git_commit(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "date": _dt.date.today().isoformat()}
+
+
 class Timer:
     """Median time of fn() in microseconds, L2 flushed before each call."""
 
