@@ -76,6 +76,14 @@ def _rows() -> list[Row]:
     # as large as a 64-row weight tile, or twice as large).
     rows += [Row("pp", (64, n, 128), (2, 1), "fast", "bf16", swap_ab=True) for n in (32, 64, 128)]
     rows.append(Row("pp", (128, 128, 128), (2, 1), "fast", "bf16", swap_ab=True))
+    # The same multicast for M <= 16 on the largest weights, where the 64x32 tile's token half was wasted.
+    rows.append(Row("pp", (64, 16, 128), (2, 1), "fast", "bf16", swap_ab=True))
+    # M = 65..128: four CTAs share the activation tile, so each fetches a quarter of it (its own 64-row weight tile
+    # is half the bytes of that activation tile).
+    rows.append(Row("pp", (64, 128, 128), (4, 1), "fast", "bf16", swap_ab=True))
+    # Stream-K with the multicast, for the rows where stream-K evens out the waves at M = 16-128 (a 128-row weight
+    # tile count a little over a whole number of waves: 57344 rows = 448 tiles = 3.4 waves).
+    rows += [Row("sk", (128, n, 128), (2, 1), "fast", "bf16", swap_ab=True) for n in (32, 64, 128)]
     rows.append(Row("sk", (128, 128, 128), (1, 1), "fast", "bf16"))
     # Prefill / training (large M): big tiles, 2-CTA clusters multicasting the shared operand.
     rows.append(Row("pp", (128, 128, 128), (2, 1), "fast", "bf16"))
@@ -100,6 +108,10 @@ def _rows() -> list[Row]:
     rows += [Row("pp", (64, n, 128), (1, 1), "precise", "bf16", swap_ab=True, overlap=True) for n in (32, 64, 128)]
     rows.append(Row("pp", (64, 128, 128), (1, 1), "precise", "bf16", overlap=True))
     rows.append(Row("coop", (128, 128, 128), (1, 2), "precise", "bf16", overlap=True))
+    # The decode multicast of the fast rows (two CTAs of a cluster share the activation tile) for the overlapped
+    # precise kernels that serve M = 16-256.
+    rows += [Row("pp", (64, n, 128), (2, 1), "precise", "bf16", swap_ab=True, overlap=True) for n in (32, 64, 128)]
+    rows.append(Row("pp", (64, 128, 128), (1, 2), "precise", "bf16", overlap=True))
 
     # --- e5m2 activations x e4m3 weights (gradients), bf16 output: one large-M kernel per accumulation mode;
     # M <= 4 goes to the GEMV, which reads either type. ---
