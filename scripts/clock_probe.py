@@ -86,8 +86,8 @@ def main() -> int:
                           flush=True)
         del a, b, sa, sb
     sampler.stop()
-    result = {**run_record(), "kernel": {f"{m}x{n}x{k}": fp8ext.selected_kernel(m, n, k)
-                                                           for m, n, k in shapes}, "rows": rows}
+    kernels = {f"{m}x{n}x{k}": fp8ext.selected_kernel(m, n, k) for m, n, k in shapes}
+    result = {**run_record(), "kernel": kernels, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     return 0
