@@ -7,6 +7,7 @@
 //   otherwise                   -> the float32 reference path on the GPU (correct, not fast)
 //
 // This file and bindings.cpp are the only ones that use libtorch; csrc/sm90 is plain CUDA/CUTLASS.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -118,13 +119,13 @@ class ScopedEvent {
 };
 
 // The autotuner's stopwatch: one launch on the call's own stream and operands, timed with events, after L2 is
-// flushed by zeroing `flush` (when the caller could allocate it), so that a weight smaller than L2 is read
-// from HBM as in a model's forward pass, not from the previous timing's copy in L2. Returns -1 if the kernel
-// cannot run this problem. Writes into the call's output, which the chosen kernel then overwrites. Candidates
-// run with the scheduler's default options.
+// flushed by zeroing `flush` (when given and defined), so that a weight smaller than L2 is read from HBM as in a
+// model's forward pass, not from the previous timing's copy in L2. Returns -1 if the kernel cannot run this
+// problem. Writes into the call's output, which the chosen kernel then overwrites. Candidates run with the
+// scheduler's default options.
 double time_candidate_us(const sm90::KernelEntry& kernel, const sm90::GemmParams& p, const at::TensorOptions& options,
-                         at::Tensor& flush) {
-  if (flush.defined()) flush.zero_();
+                         const at::Tensor* flush) {
+  if (flush != nullptr && flush->defined()) flush->zero_();
   const ScopedEvent start, stop;
   C10_CUDA_CHECK(cudaEventRecord(start.get(), p.stream));
   const bool ok = launch(kernel, p, options).ok;
@@ -191,10 +192,15 @@ at::Tensor run_sm90(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
   // Autotuning: the first call of a bucket not yet tuned times every candidate.
   if (!untuned_bucket.empty()) {
     std::string file_error;
-    at::Tensor flush = l2_flush_buffer(props, a.options());
-    const sm90::KernelEntry* tuned = sm90::autotune_tune(
-        untuned_bucket, key, [&](const sm90::KernelEntry& k) { return time_candidate_us(k, p, a.options(), flush); },
-        &file_error);
+    // The flush buffer is borrowed on the first timed launch: autotune_tune calls the timer only under its
+    // tuning lock and only if no other thread tuned the bucket meanwhile, and the warm-up launches need no flush.
+    std::optional<at::Tensor> flush;
+    const auto timer = [&](const sm90::KernelEntry& k, bool warm_up) {
+      if (warm_up) return time_candidate_us(k, p, a.options(), nullptr);
+      if (!flush) flush = l2_flush_buffer(props, a.options());
+      return time_candidate_us(k, p, a.options(), &*flush);
+    };
+    const sm90::KernelEntry* tuned = sm90::autotune_tune(untuned_bucket, key, timer, &file_error);
     if (!file_error.empty()) TORCH_WARN("fp8ext.autotune: could not save the cache file: ", file_error);
     if (tuned != nullptr) choice = {tuned, {}};
   }

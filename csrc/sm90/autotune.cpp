@@ -119,7 +119,7 @@ const KernelEntry* autotune_tune(const std::string& bucket, const ProblemKey& ke
   // One untimed call per candidate: the warm-up, and the check that it can run this problem at all.
   std::vector<const KernelEntry*> candidates;
   for (const auto& k : all_kernels()) {
-    if (kernel_matches(k, key) && time_us(k) >= 0.0) candidates.push_back(&k);
+    if (kernel_matches(k, key) && time_us(k, /*warm_up=*/true) >= 0.0) candidates.push_back(&k);
   }
   if (candidates.empty()) return nullptr;
   // Then kTurns turns of kSamplesPerTurn timings each, the candidates' order rotated by one every turn, and the
@@ -131,7 +131,7 @@ const KernelEntry* autotune_tune(const std::string& bucket, const ProblemKey& ke
   for (int turn = 0; turn < kTurns; ++turn) {
     for (size_t j = 0; j < n; ++j) {
       const size_t i = (j + static_cast<size_t>(turn)) % n;
-      for (int s = 0; s < kSamplesPerTurn; ++s) samples[i].push_back(time_us(*candidates[i]));
+      for (int s = 0; s < kSamplesPerTurn; ++s) samples[i].push_back(time_us(*candidates[i], /*warm_up=*/false));
     }
   }
   const KernelEntry* best = nullptr;

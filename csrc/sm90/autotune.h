@@ -33,7 +33,10 @@ const KernelEntry* autotune_lookup(const std::string& bucket, const ProblemKey& 
 // Times each candidate with time_us (one timing in microseconds per call; negative when the candidate cannot
 // run this problem), remembers the fastest, and writes the cache file if one is set. Returns nullptr when no
 // candidate ran. A failure to write the file leaves a message in *file_error (the choice is still kept in memory).
-using CandidateTimer = std::function<double(const KernelEntry&)>;
+// time_us is called only once the tuning lock is held and the bucket is still untuned, so a timer may set up what
+// it needs (the L2 flush buffer) on its first call. `warm_up` is true for the untimed first call per candidate,
+// which needs no L2 flush before it.
+using CandidateTimer = std::function<double(const KernelEntry&, bool warm_up)>;
 const KernelEntry* autotune_tune(const std::string& bucket, const ProblemKey& key, const CandidateTimer& time_us,
                                  std::string* file_error);
 
