@@ -83,6 +83,25 @@ def test_table_capture_column_skips_stream_k_with_options(tmp_path, monkeypatch)
     assert lines == [f'{{OutType::kBF16, Accum::kFast, 512, 4096, 4096, "{SK}@M4", "{PP}@N8"}},']
 
 
+def test_table_keeps_a_head_to_heads_incumbent_inside_the_noise_margin(tmp_path, monkeypatch):
+    # A head to head row records its incumbents; a new kernel must beat them by more than KEEP_MARGIN to be taken.
+    monkeypatch.setattr(tune, "TABLE", tmp_path / "table.inc")
+    monkeypatch.setattr(tune, "ROOT", tmp_path)
+    new = "swap_pp_64x128x128_c4x1_fast_bf16"
+    margin = tune.KEEP_MARGIN
+    close = dict(row(128, {PP: 1.0, new: 1.0 / (1.0 + margin / 2)}), incumbents=[PP])
+    clear = dict(row(256, {PP: 1.0, new: 1.0 / (1.0 + 2 * margin)}), incumbents=[PP])
+    unrecorded = row(512, {PP: 1.0, new: 1.0 / (1.0 + margin / 2)})  # an older sweep: the fastest wins
+    # Stream-K incumbent with its capture twin: each column keeps its own incumbent.
+    sk_row = dict(row(1024, {SK: 1.0, PP: 1.2, new: 0.995}), incumbents=[SK, PP])
+    tune.write_table({"gpu": "H200", "torch": "t", "commit": "c", "rows": [close, clear, unrecorded, sk_row]}, "test")
+    lines = [line for line in (tmp_path / "table.inc").read_text().splitlines() if line.startswith("{")]
+    assert lines == [f'{{OutType::kBF16, Accum::kFast, 128, 4096, 4096, "{PP}", "{PP}"}},',
+                     f'{{OutType::kBF16, Accum::kFast, 256, 4096, 4096, "{new}", "{new}"}},',
+                     f'{{OutType::kBF16, Accum::kFast, 512, 4096, 4096, "{new}", "{new}"}},',
+                     f'{{OutType::kBF16, Accum::kFast, 1024, 4096, 4096, "{SK}", "{new}"}},']
+
+
 def test_table_passes_over_kernels_no_longer_built(tmp_path, monkeypatch):
     # A recorded head to head may hold kernels dropped from the build since (the r64 decode kernels of 3bb28e7).
     monkeypatch.setattr(tune, "TABLE", tmp_path / "table.inc")
