@@ -20,7 +20,9 @@ from fp8ext.bench import run_record
 from fp8ext.testing import random_fp8, random_scales
 
 MS = [1, 4, 5, 8, 16, 17, 32, 33, 64, 128, 129, 256, 512, 1024, 2048, 4096, 16384]
-SHAPES = [(4096, 4096), (6144, 4096), (14336, 4096), (4096, 14336)]
+# Four Llama-3 8B weights, and one 405B weight whose M = 129-256 bucket picks a 256-token stream-K tile
+# (swap_sk_128x256x128_c2x1) between ping-pong neighbours.
+SHAPES = [(4096, 4096), (6144, 4096), (14336, 4096), (4096, 14336), (18432, 16384)]
 
 
 def main() -> None:
