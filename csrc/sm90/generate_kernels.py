@@ -117,9 +117,6 @@ def _rows() -> list[Row]:
     # precise kernels that serve M = 16-256.
     rows += [Row("pp", (64, n, 128), (2, 1), "precise", "bf16", swap_ab=True, overlap=True) for n in (32, 64, 128)]
     rows.append(Row("pp", (64, 128, 128), (1, 2), "precise", "bf16", overlap=True))
-    # Large M: the 2x1 cluster of several fast large-M picks and of cuBLASLt's kernel (two CTAs along M share the
-    # weight tile, instead of two along N sharing the activation tile) for the overlapped precise 128x128 tile.
-    rows.append(Row("coop", (128, 128, 128), (2, 1), "precise", "bf16", overlap=True))
 
     # --- e5m2 activations x e4m3 weights (gradients), bf16 output: one large-M kernel per accumulation mode;
     # M <= 4 goes to the GEMV, which reads either type. ---
