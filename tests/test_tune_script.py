@@ -140,6 +140,25 @@ def test_recorded_tables_are_reproducible(tmp_path, monkeypatch):
     assert rows(committed) and rows((tmp_path / "table.inc").read_text()) == rows(committed)
 
 
+def test_head_to_head_incumbents_are_the_committed_tables_picks():
+    # A head to head times each row's incumbents against the new kernels: they must be what the table runs.
+    sources = tune.table_sources()
+    merged = tune.load_merged(ROOT / sources[0], [ROOT / s for s in sources[1:]])
+    table = {}
+    for line in (ROOT / "csrc/sm90/heuristic_table.inc").read_text().splitlines():
+        if line.startswith("{"):
+            fields = line.strip("{},").split(", ")
+            table[(int(fields[2]), int(fields[3]), int(fields[4]), fields[1] == "Accum::kFast")] = \
+                [fields[5].strip('"'), fields[6].strip('"')]
+    checked = 0
+    for r in merged["rows"]:
+        if tune.row_key(r) in table:
+            picks = table[tune.row_key(r)]
+            assert tune.incumbents(r) == (picks[:1] if picks[0] == picks[1] else picks), tune.row_key(r)
+            checked += 1
+    assert checked == len(table)
+
+
 def test_gpu_check_sweeps_start_from_the_tables_sources():
     # scripts/gpu_check.sh's sweep and retable stages merge onto what the committed table was written from;
     # a sweep merged onto the base run alone would silently drop the earlier sweeps from a rewritten table.
