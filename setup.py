@@ -66,7 +66,7 @@ ext, kernels = _extension()
 setup(
     packages=find_packages("python"),
     package_dir={"": "python"},
-    package_data={"fp8ext": ["_build_info.json"]},
+    package_data={"fp8ext": ["_build_info.json", "kernel_manifest.json"]},
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExtension},
     zip_safe=False,

@@ -5,8 +5,12 @@ Each row becomes csrc/sm90/kernels/<name>.cu: one explicit instantiation of the 
 which registers itself under <name> when the library loads (kernel_registry.h). One kernel per file so the
 build compiles them in parallel and a change to one row recompiles one file.
 
-    python csrc/sm90/generate_kernels.py          # rewrite kernels/ from the table
-    python csrc/sm90/generate_kernels.py --check  # exit 1 if kernels/ is not what the table says (CI test)
+    python csrc/sm90/generate_kernels.py          # rewrite kernels/ and the manifest from the table
+    python csrc/sm90/generate_kernels.py --check  # exit 1 if either is not what the table says (CI test)
+
+It also writes python/fp8ext/kernel_manifest.json: every kernel's traits as data (tile, cluster, schedule,
+accumulation, dtypes, max M, workspace, twin), the hand-written decode kernels included. Python reads kernels'
+traits from it; C++ gets the same traits from each kernel's KernelConfig (and the decode kernels' registration).
 
 Tile and cluster shapes are in the MMA's frame (see kernel_config.h). Why each row exists is said beside it;
 which row serves which (M, N, K) is the dispatcher's business (dispatch.cpp).
@@ -14,6 +18,7 @@ which row serves which (M, N, K) is the dispatcher's business (dispatch.cpp).
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from dataclasses import dataclass
@@ -21,6 +26,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 KERNEL_DIR = HERE / "kernels"
+MANIFEST = HERE.parent.parent / "python" / "fp8ext" / "kernel_manifest.json"
 
 SCHEDULES = {"pp": "kPingpong", "coop": "kCooperative", "sk": "kStreamK"}
 
@@ -95,6 +101,9 @@ def _rows() -> list[Row]:
     rows.append(Row("pp", (128, 128, 128), (1, 2), "fast", "bf16"))
     rows.append(Row("coop", (128, 256, 128), (2, 1), "fast", "bf16"))
     rows.append(Row("coop", (256, 128, 128), (1, 2), "fast", "bf16"))
+    # A width between 128 and 256 for weights whose column count is an odd number of 128-wide tiles
+    # (N = 2176 = 17 x 128: 12 tiles of 192 instead of 17 of 128 or 9 of 256), with and without the cluster.
+    rows += [Row("coop", (128, 192, 128), c, "fast", "bf16") for c in ((1, 1), (2, 1))]
 
     # --- bf16 output, precise accumulation (fp32 promotion every 128 of K). A promoting warpgroup holds two
     # accumulators, so a warpgroup's share of a tile stays at 64 x 128 or below: coop 128x256 precise spilled 820
@@ -134,11 +143,54 @@ def _rows() -> list[Row]:
 ROWS = _rows()
 
 
+@dataclass(frozen=True)
+class DecodeKernel:
+    """A hand-written decode kernel (csrc/sm90/gemv_*.cu): no tiles, no tile scheduler, any activation type,
+    up to max_m tokens. Its C++ registration states the same traits (a test compares the two)."""
+    name: str
+    accum: str
+    out: str
+    max_m: int
+
+
+# gemv_rowwise.cu: one warp per weight row, exact fp32 sums, M <= 4, every output type.
+# gemv_tensor_core.cu: mma.sync with K split over the warps of a block (r: weight rows per warp, s: K slices).
+DECODE_KERNELS = [DecodeKernel(f"gemv_m4_precise_{out}", "precise", out, 4) for out in ("bf16", "fp16", "fp32")] + [
+    DecodeKernel(f"gemv_tc_m32_{v}_fast_bf16", "fast", "bf16", 32) for v in ("r16_s4", "r16_s8", "r32_s8")]
+
+
 def decode_kernel_names() -> set[str]:
     """The names that the hand-written decode kernels (csrc/sm90/gemv_*.cu, outside this table) register under,
     read from their sources."""
     return {name for path in sorted(HERE.glob("gemv_*.cu"))
             for name in re.findall(r'"(gemv_\w+_(?:bf16|fp16|fp32))"', path.read_text())}
+
+
+def traits(k: Row | DecodeKernel) -> dict:
+    """One kernel's traits as data: what dispatch's cost model, the tuner, the tests and fp8ext read (no name
+    parsing anywhere). Tile and cluster are in the MMA's frame (swap_ab: the MMA's M runs over the call's N).
+    `twin` is the bf16, e4m3 kernel of the same tile, cluster and schedule, whose calibration a kernel of another
+    output or input type borrows (None when there is none, or for that kernel itself)."""
+    if isinstance(k, DecodeKernel):
+        return {"name": k.name, "schedule": "gemv", "tile": [0, 0, 0], "cluster": [1, 1], "accum": k.accum,
+                "out": k.out, "in_a": "any", "swap_ab": False, "promotion": 0, "overlap": False, "max_m": k.max_m,
+                "workspace": False, "twin": None}
+    twin = None
+    if (k.out, k.in_a) != ("bf16", "e4m3"):
+        cand = Row(k.schedule, k.tile, k.cluster, k.accum, "bf16", k.swap_ab, "e4m3", k.promotion, k.overlap)
+        twin = cand.name if cand in ROWS else None
+    return {"name": k.name, "schedule": {"pp": "pingpong", "coop": "cooperative", "sk": "streamk"}[k.schedule],
+            "tile": list(k.tile), "cluster": list(k.cluster), "accum": k.accum, "out": k.out, "in_a": k.in_a,
+            "swap_ab": k.swap_ab, "promotion": k.promotion if k.accum == "precise" else 0, "overlap": k.overlap,
+            "max_m": 0, "workspace": k.schedule == "sk", "twin": twin}
+
+
+def manifest() -> str:
+    """python/fp8ext/kernel_manifest.json: the traits of every kernel of the family, sorted by name."""
+    kernels = sorted((traits(k) for k in [*ROWS, *DECODE_KERNELS]), key=lambda t: t["name"])
+    lines = ",\n  ".join(json.dumps(k) for k in kernels)
+    return f'{{"format": "fp8ext-kernel-manifest-1",\n "kernels": [\n  {lines}\n ]\n}}\n'
+
 
 TEMPLATE = """\
 // Generated by csrc/sm90/generate_kernels.py from its table; edit the table, not this file.
@@ -177,7 +229,13 @@ def main() -> int:
         for what, names in (("stale", stale), ("missing", missing), ("out of date", changed)):
             for n in names:
                 print(f"{what}: csrc/sm90/kernels/{n}", file=sys.stderr)
-        return 1 if stale or missing or changed else 0
+        stale_manifest = not MANIFEST.exists() or MANIFEST.read_text() != manifest()
+        if stale_manifest:
+            print(f"out of date: {MANIFEST.relative_to(HERE.parent.parent)}", file=sys.stderr)
+        if decode_kernel_names() != {k.name for k in DECODE_KERNELS}:
+            print("DECODE_KERNELS does not list the names that csrc/sm90/gemv_*.cu register", file=sys.stderr)
+            return 1
+        return 1 if stale or missing or changed or stale_manifest else 0
     KERNEL_DIR.mkdir(exist_ok=True)
     for name in existing - files.keys():
         (KERNEL_DIR / name).unlink()
@@ -185,7 +243,9 @@ def main() -> int:
         path = KERNEL_DIR / name
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
-    print(f"{len(files)} kernels in {KERNEL_DIR.relative_to(HERE.parent.parent)}")
+    MANIFEST.write_text(manifest())
+    print(f"{len(files)} kernels in {KERNEL_DIR.relative_to(HERE.parent.parent)}, traits of {len(files) + len(DECODE_KERNELS)} "
+          f"in {MANIFEST.relative_to(HERE.parent.parent)}")
     return 0
 
 

@@ -55,6 +55,7 @@ struct KernelTraits {
   int promotion_interval;  // precise accumulation: MMA k-blocks (32 of K each) between fp32 promotions
   bool any_in_a;  // handles e4m3 and e5m2 activations alike (then in_a is not a constraint)
   int max_m;      // largest M the kernel computes, 0 for any
+  bool overlap;   // precise accumulation through overlap_promotion_mainloop.cuh
 };
 
 template <int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Schedule Sched, Accum Acc, OutType Out,
@@ -77,7 +78,7 @@ struct KernelConfig {
 
   static constexpr KernelTraits traits() {
     return KernelTraits{TileM, TileN, TileK, ClusterM, ClusterN, Sched, Acc, Out, SwapAB, InA, PromotionInterval,
-                        /*any_in_a=*/false, /*max_m=*/0};
+                        /*any_in_a=*/false, /*max_m=*/0, OverlapPromotion};
   }
 };
 

@@ -13,7 +13,6 @@ type's subnormals. NaN never passes.
 from __future__ import annotations
 
 import math
-import re
 from typing import Optional
 
 import torch
@@ -61,24 +60,21 @@ def _scale_view(s: torch.Tensor, n: int, rows: bool) -> torch.Tensor:
 
 
 def kernel_dtypes(name: str):
-    """(out dtype, fast accumulation?, activation dtype) that a kernel computes, from its name, e.g.
-    swap_pp_64x32x128_c1x1_fast_bf16 or coop_128x128x128_c1x2_precise_bf16_ae5m2 (csrc/sm90/generate_kernels.py);
-    scheduler options after "@" (pp_128x128x128_c1x2_fast_bf16@N4) do not change them."""
-    parts = name.split("@")[0].split("_")
-    a_dtype = torch.float8_e5m2 if parts[-1] == "ae5m2" else torch.float8_e4m3fn
-    if parts[-1] == "ae5m2":
-        parts = parts[:-1]
-    out = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[parts[-1]]
-    return out, parts[-2] == "fast", a_dtype
+    """(out dtype, fast accumulation?, activation dtype) that a kernel computes, from its manifest traits;
+    scheduler options after "@" do not change them. A decode kernel that reads either activation type reports
+    e4m3."""
+    from .ops import kernel_traits
+
+    t = kernel_traits(name)
+    out = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[t["out"]]
+    return out, t["accum"] == "fast", torch.float8_e5m2 if t["in_a"] == "e5m2" else torch.float8_e4m3fn
 
 
 def kernel_max_m(name: str) -> Optional[int]:
-    """The largest M that a hand-written decode kernel computes, from its name (gemv_m4_precise_bf16: 4,
-    gemv_tc_m32_r16_s4_fast_bf16: 32); None for the CUTLASS kernels, which take any M. The decode kernels ("gemv_")
-    have no tile scheduler, so they take no "@" options either."""
-    if not name.startswith("gemv_"):
-        return None
-    return int(re.search(r"_m(\d+)_", name.split("@")[0]).group(1))
+    """The largest M that a kernel computes (the decode kernels' manifest trait max_m); None for any M."""
+    from .ops import kernel_traits
+
+    return kernel_traits(name)["max_m"] or None
 
 
 def reference(a, b, scale_a, scale_b, bias=None) -> torch.Tensor:
