@@ -2,12 +2,16 @@
 //
 //   M, N or K == 0              -> the empty / zero (+bias) result, no GEMM launched
 //   both scales tensor-wise     -> torch._scaled_mm (cuBLASLt); a shape it declines falls through to the rows below
-//   compute capability 9.0      -> a CUTLASS sm_90a kernel of the family (csrc/sm90): forced by name, else the
-//                                  autotuner's choice (opt-in, sm90/autotune.h), else dispatch.cpp's heuristic
+//   compute capability 9.0      -> a kernel of the family (csrc/sm90): forced by name, else the autotuner's
+//                                  choice (opt-in, sm90/autotune.h), else the cost model's pick (dispatch.h),
+//                                  or torch._scaled_mm row-wise where the model predicts torch faster
 //   otherwise                   -> the float32 reference path on the GPU (correct, not fast)
 //
 // This file and bindings.cpp are the only ones that use libtorch; csrc/sm90 is plain CUDA/CUTLASS.
+#include <iomanip>
+#include <mutex>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -121,14 +125,15 @@ class ScopedEvent {
 // The autotuner's stopwatch: one launch on the call's own stream and operands, timed with events, after L2 is
 // flushed by zeroing `flush` (when given and defined), so that a weight smaller than L2 is read from HBM as in a
 // model's forward pass, not from the previous timing's copy in L2. Returns -1 if the kernel cannot run this
-// problem. Writes into the call's output, which the chosen kernel then overwrites. Candidates run with the
-// scheduler's default options.
-double time_candidate_us(const sm90::KernelEntry& kernel, const sm90::GemmParams& p, const at::TensorOptions& options,
+// problem. Writes into the call's output, which the chosen kernel then overwrites. Each candidate runs with the
+// scheduler options the cost model chose for it.
+double time_candidate_us(const sm90::KernelChoice& choice, sm90::GemmParams p, const at::TensorOptions& options,
                          const at::Tensor* flush) {
   if (flush != nullptr && flush->defined()) flush->zero_();
+  p.sched = choice.sched;
   const ScopedEvent start, stop;
   C10_CUDA_CHECK(cudaEventRecord(start.get(), p.stream));
-  const bool ok = launch(kernel, p, options).ok;
+  const bool ok = launch(*choice.kernel, p, options).ok;
   C10_CUDA_CHECK(cudaEventRecord(stop.get(), p.stream));
   C10_CUDA_CHECK(cudaEventSynchronize(stop.get()));
   float ms = 0.0f;
@@ -148,39 +153,72 @@ at::Tensor l2_flush_buffer(const cudaDeviceProp& props, const at::TensorOptions&
   }
 }
 
+// What identifies the machine and software an autotuned choice was measured on: GPU name, SM count, and the
+// CUDA, torch and fp8ext versions (the last three set by python/fp8ext at import, _set_software_key).
+std::mutex g_software_mutex;
+std::string g_software_key = "unknown";
+
+std::string device_key(const cudaDeviceProp& props) {
+  std::lock_guard<std::mutex> lock(g_software_mutex);
+  return std::string(props.name) + "/" + std::to_string(props.multiProcessorCount) + "sm/" + g_software_key;
+}
+
+// Whether torch._scaled_mm's row-wise path can take this call exactly as given, so that the backstop may hand it
+// over: bf16 output, e4m3 operands, one scale per row and per column, no bias, `a` without a padded leading
+// dimension.
+bool torch_can_run(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+                   const ScaledMmProblem& problem) {
+  return problem.out_dtype == at::kBFloat16 && a.scalar_type() == at::kFloat8_e4m3fn &&
+         b.scalar_type() == at::kFloat8_e4m3fn && problem.scale_a_per_row && problem.scale_b_per_col &&
+         !bias.has_value() && (problem.M == 1 || a.stride(0) == problem.K);
+}
+
+// The backstop: torch._scaled_mm row-wise on the same tensors (scales as (M, 1) and (1, N) views).
+at::Tensor rowwise_via_torch(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                             const at::Tensor& scale_b, const ScaledMmProblem& problem, bool use_fast_accum) {
+  return at::_scaled_mm(a, b, scale_a.reshape({problem.M, 1}), scale_b.reshape({1, problem.N}), std::nullopt,
+                        std::nullopt, problem.out_dtype, use_fast_accum);
+}
+
 // A kernel forced by name wins (it must compute this key); then, when autotuning is on, the bucket's
-// remembered choice (a stream-K one only outside graph capture); then the heuristic. Empty if none fits.
+// remembered choice (a stream-K one only outside graph capture); then the cost model's selection (which may be
+// torch's row-wise path where torch_ok). Empty if none fits.
 // When autotuning is on and the bucket has no choice yet, *untuned_bucket (if given) receives its name, so that
 // the caller can tune it without computing the bucket again (never during capture: timing needs
 // synchronisation, and the capture would record every candidate).
-sm90::KernelChoice chosen_kernel(const sm90::ProblemKey& key, const cudaDeviceProp& props, bool capturing,
-                                 std::string* untuned_bucket = nullptr) {
+sm90::Selection chosen_kernel(const sm90::ProblemKey& key, const cudaDeviceProp& props, bool capturing, bool torch_ok,
+                              std::string* untuned_bucket = nullptr) {
   if (const sm90::KernelChoice forced = sm90::forced_kernel()) {
     TORCH_CHECK(sm90::kernel_matches(*forced.kernel, key), "fp8ext.scaled_mm: the forced kernel '",
                 forced.kernel->name, "' does not compute this call (", sm90::describe(key),
                 "); clear it with fp8ext.force_kernel(None) or force a matching one");
-    return forced;
+    return {forced};
   }
   if (sm90::autotune_enabled()) {
-    std::string bucket = sm90::autotune_bucket(key, props.name, props.multiProcessorCount);
-    const sm90::KernelEntry* tuned = sm90::autotune_lookup(bucket, key);
-    if (tuned == nullptr) {
+    std::string bucket = sm90::autotune_bucket(key, device_key(props));
+    const sm90::KernelChoice tuned = sm90::autotune_lookup(bucket, key);
+    if (!tuned) {
       if (untuned_bucket != nullptr && !capturing) *untuned_bucket = std::move(bucket);
-    } else if (!(capturing && sm90::needs_workspace(*tuned))) {
-      return {tuned, {}};
+    } else if (!(capturing && sm90::needs_workspace(*tuned.kernel))) {
+      return {tuned};
     }
   }
-  return sm90::heuristic_kernel(key, props.multiProcessorCount, /*allow_workspace=*/!capturing);
+  return sm90::select_kernel(key, props.multiProcessorCount, /*allow_workspace=*/!capturing, torch_ok);
 }
 
 at::Tensor run_sm90(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
                     const std::optional<at::Tensor>& bias, const ScaledMmProblem& problem,
-                    const sm90::ProblemKey& key, const cudaDeviceProp& props) {
+                    const sm90::ProblemKey& key, const cudaDeviceProp& props, bool use_fast_accum) {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(a.get_device()).stream();
   const bool capturing = stream_is_capturing(stream);
   std::string untuned_bucket;
-  sm90::KernelChoice choice = chosen_kernel(key, props, capturing, &untuned_bucket);
-  if (!choice) {
+  const sm90::Selection selection =
+      chosen_kernel(key, props, capturing, torch_can_run(a, b, bias, problem), &untuned_bucket);
+  sm90::KernelChoice choice = selection.choice;
+  if (selection.torch_rowwise && untuned_bucket.empty()) {
+    return rowwise_via_torch(a, b, scale_a, scale_b, problem, use_fast_accum);
+  }
+  if (!choice && !selection.torch_rowwise) {
     TORCH_WARN_ONCE("fp8ext.scaled_mm: this build has no sm_90a kernel for ", sm90::describe(key),
                     "; using the float32 reference path (correct, much slower)");
     return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
@@ -189,20 +227,22 @@ at::Tensor run_sm90(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
   at::Tensor out = at::empty({problem.M, problem.N}, a.options().dtype(problem.out_dtype));
   sm90::GemmParams p = gemm_params(a, b, scale_a, scale_b, bias, problem, out, props.multiProcessorCount, stream);
 
-  // Autotuning: the first call of a bucket not yet tuned times every candidate.
+  // Autotuning: the first call of a bucket not yet tuned times the cost model's top candidates.
   if (!untuned_bucket.empty()) {
     std::string file_error;
     // The flush buffer is borrowed on the first timed launch: autotune_tune calls the timer only under its
     // tuning lock and only if no other thread tuned the bucket meanwhile, and the warm-up launches need no flush.
     std::optional<at::Tensor> flush;
-    const auto timer = [&](const sm90::KernelEntry& k, bool warm_up) {
-      if (warm_up) return time_candidate_us(k, p, a.options(), nullptr);
+    const auto timer = [&](const sm90::KernelChoice& c, bool warm_up) {
+      if (warm_up) return time_candidate_us(c, p, a.options(), nullptr);
       if (!flush) flush = l2_flush_buffer(props, a.options());
-      return time_candidate_us(k, p, a.options(), &*flush);
+      return time_candidate_us(c, p, a.options(), &*flush);
     };
-    const sm90::KernelEntry* tuned = sm90::autotune_tune(untuned_bucket, key, timer, &file_error);
+    const sm90::KernelChoice tuned =
+        sm90::autotune_tune(untuned_bucket, key, props.multiProcessorCount, timer, &file_error);
     if (!file_error.empty()) TORCH_WARN("fp8ext.autotune: could not save the cache file: ", file_error);
-    if (tuned != nullptr) choice = {tuned, {}};
+    if (tuned) choice = tuned;
+    if (!choice) return rowwise_via_torch(a, b, scale_a, scale_b, problem, use_fast_accum);
   }
 
   p.sched = choice.sched;
@@ -242,7 +282,7 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
 
   const sm90::ProblemKey key = problem_key(problem.M, problem.N, problem.K, problem.out_dtype, use_fast_accum,
                                            a.scalar_type(), b.scalar_type());
-  return run_sm90(a, b, scale_a, scale_b, bias, problem, key, *props);
+  return run_sm90(a, b, scale_a, scale_b, bias, problem, key, *props, use_fast_accum);
 }
 
 // ---- Introspection and control, used by python/fp8ext (kernel_names, force_kernel, selected_kernel). ----
@@ -265,15 +305,104 @@ void force_kernel(const std::string& name) {
   sm90::set_forced_kernel(choice);
 }
 
+// A number for the introspection ops' text lines, with every digit a double holds.
+std::string num(double x) {
+  std::ostringstream os;
+  os << std::setprecision(17) << x;
+  return os.str();
+}
+
+// The written form of what the default dispatch runs; "torch._scaled_mm" for the backstop. torch_ok says whether
+// torch could take the call (the Python side decides it from the arguments it was given).
+std::string selection_name(const sm90::Selection& s) {
+  return s.torch_rowwise ? "torch._scaled_mm" : sm90::choice_name(s.choice);
+}
+
 std::string selected_kernel(int64_t M, int64_t N, int64_t K, at::ScalarType out_dtype, bool use_fast_accum,
-                            at::ScalarType a_dtype, bool capturing) {
+                            at::ScalarType a_dtype, bool capturing, bool torch_ok) {
   const sm90::ProblemKey key = problem_key(M, N, K, out_dtype, use_fast_accum, a_dtype, at::kFloat8_e4m3fn);
   if (!at::cuda::is_available()) {  // a CUDA build on a machine without a GPU: what an H200 would run
-    sm90::KernelChoice c = sm90::forced_kernel();
-    if (!c) c = sm90::heuristic_kernel(key, 132, /*allow_workspace=*/!capturing);
-    return sm90::choice_name(c);
+    if (const sm90::KernelChoice c = sm90::forced_kernel()) return sm90::choice_name(c);
+    return selection_name(sm90::select_kernel(key, 132, /*allow_workspace=*/!capturing, torch_ok));
   }
-  return sm90::choice_name(chosen_kernel(key, *at::cuda::getCurrentDeviceProperties(), capturing));
+  return selection_name(chosen_kernel(key, *at::cuda::getCurrentDeviceProperties(), capturing, torch_ok));
+}
+
+// The cost model's ranking of every built kernel that computes the call, fastest predicted first, as
+// "name@options predicted_us tile_ratio calibrated" lines; the last line is torch's row-wise estimate.
+std::vector<std::string> rank_kernels(int64_t M, int64_t N, int64_t K, at::ScalarType out_dtype, bool use_fast_accum,
+                                      at::ScalarType a_dtype, bool capturing) {
+  const sm90::ProblemKey key = problem_key(M, N, K, out_dtype, use_fast_accum, a_dtype, at::kFloat8_e4m3fn);
+  const int sms = at::cuda::is_available() ? at::cuda::getCurrentDeviceProperties()->multiProcessorCount : 132;
+  std::vector<std::string> lines;
+  for (const sm90::RankedKernel& r : sm90::rank_kernels(key, sms, /*allow_workspace=*/!capturing)) {
+    lines.push_back(sm90::choice_name(r.choice) + " " + num(r.estimate.us) + " " + num(r.estimate.tile_ratio()) +
+                    " " + (r.estimate.calibrated ? "1" : "0"));
+  }
+  const double torch_us =
+      sm90::torch_rowwise_estimate({M, N, K, out_dtype == at::kFloat ? 4 : 2, sms}, key.accum);
+  lines.push_back("torch._scaled_mm " + num(torch_us) + " 1 " + (torch_us > 0 ? "1" : "0"));
+  return lines;
+}
+
+// Every registered kernel's traits, one "name schedule tm tn tk cm cn accum out in_a swap promotion overlap max_m
+// workspace" line each, so that a test can hold them against python/fp8ext/kernel_manifest.json.
+std::vector<std::string> kernel_traits() {
+  std::vector<std::string> lines;
+  for (const auto& k : sm90::all_kernels()) {
+    const sm90::KernelTraits& t = k.traits;
+    std::string line = std::string(k.name) + " " + sm90::to_string(t.schedule);
+    for (int v : {t.tile_m, t.tile_n, t.tile_k, t.cluster_m, t.cluster_n}) line += " " + std::to_string(v);
+    line += std::string(" ") + sm90::to_string(t.accum) + " " + sm90::to_string(t.out) + " " +
+            (t.any_in_a ? "any" : sm90::to_string(t.in_a)) + " " + (t.swap_ab ? "1" : "0") + " " +
+            std::to_string(t.accum == sm90::Accum::kPrecise && t.schedule != sm90::Schedule::kGemv
+                               ? t.promotion_interval : 0) +
+            " " + (t.overlap ? "1" : "0") + " " + std::to_string(t.max_m) + " " +
+            (sm90::needs_workspace(k) ? "1" : "0");
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+// The cost model's terms (f1, f2, f3, tiles needed, tiles computed, rounds, K iterations) for a kernel in its
+// written form (with its scheduler options), or for "torch._scaled_mm", on this device's SM count (132 without a
+// GPU). scripts/tune.py records them beside each measurement and fits the coefficients on them.
+std::vector<double> cost_terms(const std::string& choice, int64_t M, int64_t N, int64_t K, at::ScalarType out_dtype) {
+  const int sms = at::cuda::is_available() ? at::cuda::getCurrentDeviceProperties()->multiProcessorCount : 132;
+  const sm90::CostProblem p{M, N, K, out_dtype == at::kFloat ? 4 : 2, sms};
+  sm90::CostTerms f;
+  if (choice == "torch._scaled_mm") {
+    f = sm90::cost_terms(sm90::torch_rowwise_traits(), p, sm90::SchedulerOptions{sm90::Raster::kHeuristic, 1});
+  } else {
+    std::string error;
+    const sm90::KernelChoice c = sm90::parse_choice(choice, &error);
+    TORCH_CHECK(c, "fp8ext: ", error);
+    f = sm90::cost_terms(c.kernel->traits, p, c.sched);
+  }
+  return {f.f1, f.f2, f.f3, double(f.tiles_needed), double(f.tiles_computed), double(f.rounds), double(f.kiters)};
+}
+
+// The fitted coefficient rows compiled in: "name c0 c1 c2 c3" each.
+std::vector<std::string> cost_coefficients() {
+  std::vector<std::string> lines;
+  for (const auto& r : sm90::coefficient_rows()) {
+    lines.push_back(std::string(r.name) + " " + num(r.c.c0) + " " + num(r.c.c1) + " " + num(r.c.c2) + " " +
+                    num(r.c.c3));
+  }
+  return lines;
+}
+
+void set_backends(const std::string& backends) {
+  TORCH_CHECK(backends == "fp8ext" || backends == "fp8ext,torch", "fp8ext: backends must be 'fp8ext' or "
+              "'fp8ext,torch', got '", backends, "'");
+  sm90::set_torch_backstop(backends == "fp8ext,torch");
+}
+
+std::string backends() { return sm90::torch_backstop_enabled() ? "fp8ext,torch" : "fp8ext"; }
+
+void set_software_key(const std::string& key) {
+  std::lock_guard<std::mutex> lock(g_software_mutex);
+  g_software_key = key;
 }
 
 void autotune_configure(bool enabled, const std::string& cache_file, const std::vector<std::string>& buckets,
@@ -304,8 +433,18 @@ TORCH_LIBRARY_FRAGMENT(fp8ext, m) {
   m.def("_force_kernel(str name) -> ()", &force_kernel);
   m.def(
       "_selected_kernel(int M, int N, int K, ScalarType out_dtype, bool use_fast_accum, "
-      "ScalarType a_dtype, bool capturing=False) -> str",
+      "ScalarType a_dtype, bool capturing=False, bool torch_ok=True) -> str",
       &selected_kernel);
+  m.def(
+      "_rank_kernels(int M, int N, int K, ScalarType out_dtype, bool use_fast_accum, ScalarType a_dtype, "
+      "bool capturing=False) -> str[]",
+      &rank_kernels);
+  m.def("_kernel_traits() -> str[]", &kernel_traits);
+  m.def("_cost_terms(str choice, int M, int N, int K, ScalarType out_dtype) -> float[]", &cost_terms);
+  m.def("_cost_coefficients() -> str[]", &cost_coefficients);
+  m.def("_set_backends(str backends) -> ()", &set_backends);
+  m.def("_backends() -> str", &backends);
+  m.def("_set_software_key(str key) -> ()", &set_software_key);
   m.def("_autotune_configure(bool enabled, str cache_file, str[] buckets, str[] kernels) -> ()",
         &autotune_configure);
   m.def("_autotune_entries() -> str[]", &autotune_entries);

@@ -7,9 +7,9 @@
 #   FP8EXT_STAGES=build,tune FP8EXT_OUT=... bash scripts/gpu_check.sh
 #   FP8EXT_STAGES=build,test,bench FP8EXT_BENCH_SUITE=llama ...
 #
-# Stages, run in this order: build, test, tune, sweep (the tile scheduler's options for the best kernels of a
-# recorded tune run: tune.py --sweep-from), retable (write csrc/sm90/heuristic_table.inc from this run's tune.json
-# or sweep, and rebuild), bench, inductor (torch.compile max-autotune peer on the baseline's 7 shapes:
+# Stages, run in this order: build, test, calibrate (time the kernels the cost model offers on the tuning shapes:
+# tune.py --calibrate), refit (fit csrc/sm90/cost_model_coeffs.inc on this run's calibration, and rebuild), bench,
+# zoo (the shape zoo, tuning and held-out parts), inductor (torch.compile max-autotune peer on the baseline's 7 shapes:
 # scripts/inductor_peer.sh, FP8EXT_INDUCTOR_BUDGET_S, default 420 s), multigpu (needs 2 GPUs), invariance
 # (scripts/batch_invariance.py), host (scripts/host_overhead.py: host time per eager call), floor
 # (scripts/decode_floor.py: decode against an empty kernel and a plain read), autotune
@@ -78,41 +78,17 @@ if [[ $STAGES == *,test,* ]]; then
   [ $rc -eq 0 ] || echo "pytest exit code $rc"
 fi
 
-if [[ $STAGES == *,tune,* ]]; then
-  tune_log=${TMPDIR:-/tmp}/fp8ext-tune.log
-  $PY scripts/tune.py --out "$OUT_DIR/tune.json" --deadline "$DEADLINE" ${FP8EXT_TUNE_ARGS:-} >"$tune_log" 2>&1 \
-    || { tail -30 "$tune_log"; exit 1; }
-  tail -3 "$tune_log"
+# The cost model's calibration: every kernel the model offers on the zoo's tuning part and the llama grid
+# (scripts/tune.py --calibrate), then the fit written to csrc/sm90/cost_model_coeffs.inc and a rebuild.
+if [[ $STAGES == *,calibrate,* ]]; then
+  calib_log=${TMPDIR:-/tmp}/fp8ext-calibrate.log
+  $PY scripts/tune.py --calibrate --out "$OUT_DIR/calibration.json" --deadline "$DEADLINE" ${FP8EXT_CALIBRATE_ARGS:-} \
+    >"$calib_log" 2>&1 || { tail -30 "$calib_log"; exit 1; }
+  tail -2 "$calib_log"
 fi
-
-# The tile scheduler's options (raster x band) for the best kernels of a recorded tune run, rows with M >= 256.
-# Measured at the bench's length (100 ms): the card is power-capped, and 10 ms bursts run before the cap bites,
-# which favoured walks that lost up to 14% in the sustained bench (docs/perf_notes.md, session 4).
-# The base is what the committed table was written from: a tune run with the recorded sweeps merged in, in order
-# (the first line of csrc/sm90/heuristic_table.inc names them; tune.py --table-sources reads it); retable merges
-# this run's sweep after them.
-mapfile -t TABLE_SOURCES < <($PY scripts/tune.py --table-sources)
-SWEEP_BASE=${FP8EXT_SWEEP_BASE:-${TABLE_SOURCES[0]}}
-SWEEPS=()
-for f in ${FP8EXT_SWEEPS-${TABLE_SOURCES[@]:1}}; do
-  SWEEPS+=(--sweep "$f")
-done
-if [[ $STAGES == *,sweep,* ]]; then
-  sweep_log=${TMPDIR:-/tmp}/fp8ext-sweep.log
-  $PY scripts/tune.py --sweep-from "$SWEEP_BASE" "${SWEEPS[@]}" --out "$OUT_DIR/sched.json" \
-    --rep-ms "${FP8EXT_SWEEP_REP_MS:-100}" \
-    --deadline "$DEADLINE" ${FP8EXT_SWEEP_ARGS:-} >"$sweep_log" 2>&1 || { tail -30 "$sweep_log"; exit 1; }
-  tail -3 "$sweep_log"
-fi
-
-# The table from this run's tune.json, or from the sweep's base run merged with this run's sweep.
-if [[ $STAGES == *,retable,* ]]; then
-  if [ -f "$OUT_DIR/sched.json" ]; then
-    $PY scripts/tune.py --from-json "$SWEEP_BASE" "${SWEEPS[@]}" --sweep "$OUT_DIR/sched.json" --write-table
-  else
-    $PY scripts/tune.py --from-json "$OUT_DIR/tune.json" --write-table
-  fi
-  cp csrc/sm90/heuristic_table.inc "$OUT_DIR/heuristic_table.inc"
+if [[ $STAGES == *,refit,* ]]; then
+  $PY scripts/tune.py --fit "$OUT_DIR/calibration.json" --write --report | tee "$OUT_DIR/fit_report.json"
+  cp csrc/sm90/cost_model_coeffs.inc "$OUT_DIR/cost_model_coeffs.inc"
   build
 fi
 
@@ -121,6 +97,14 @@ if [[ $STAGES == *,bench,* ]]; then
   $PY -m fp8ext.bench --suite "$suite" --json "$OUT_DIR/bench-$suite.json" --plot "$OUT_DIR/bench-$suite.png" \
     --quiet ${FP8EXT_BENCH_ARGS:-} >"$OUT_DIR/bench-$suite.log" 2>&1 || { tail -30 "$OUT_DIR/bench-$suite.log"; exit 1; }
   sed -n '/geomean/,$p' "$OUT_DIR/bench-$suite.log"
+fi
+
+# The shape zoo (python/fp8ext/zoo.py): other models' weights and odd M, tuning and held-out parts, default path
+# and fp8ext's kernels alone against torch row-wise.
+if [[ $STAGES == *,zoo,* ]]; then
+  $PY -m fp8ext.bench --suite zoo --json "$OUT_DIR/bench-zoo.json" --quiet ${FP8EXT_ZOO_ARGS:-} \
+    >"$OUT_DIR/bench-zoo.log" 2>&1 || { tail -30 "$OUT_DIR/bench-zoo.log"; exit 1; }
+  sed -n '/geomean/,$p' "$OUT_DIR/bench-zoo.log"
 fi
 
 if [[ $STAGES == *,inductor,* ]]; then

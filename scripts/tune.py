@@ -1,399 +1,326 @@
 #!/usr/bin/env python3
-"""Measure every bf16 kernel of the family on the llama shape grid and derive the dispatch table from it.
+"""Calibrate the dispatch cost model (csrc/sm90/cost_model.h): measure on the tuning shapes, fit, write.
 
-On the H200 (after building fp8ext):
-    python scripts/tune.py --out bench/tuning/h200-<date>.json
-Then, on the H200, the tile scheduler's walk (raster M/N x band 1/2/4/8, dispatch.h) for the two best kernels
-of every shape with M >= 256 in that run:
-    python scripts/tune.py --sweep-from bench/tuning/h200-<date>.json --out bench/tuning/h200-<date>-sched.json
-New kernels against the table's own picks (the base run with its sweeps merged), interleaved, on the H200:
-    python scripts/tune.py --sweep-from <run.json> --sweep <sched.json> ... --head-to-head --extra k1,k2 \
-        [--accum precise] --min-m 1 --out bench/tuning/h200-<date>-<what>-head-to-head-<commit>.json
-Here or anywhere, from recorded runs (the sweep's rows replace the base run's rows they re-measured):
-    python scripts/tune.py --from-json bench/tuning/h200-<date>.json [--sweep <sched.json>] --write-table
+On an H100/H200 with fp8ext built (every kernel):
+    python scripts/tune.py --calibrate --out bench/tuning/h200-<date>-calibration-<commit>.json
+times every built bf16 kernel that the cost model offers for each row of the zoo's tuning part and the llama grid
+(fast accumulation, which every bf16 kernel serves; a kernel's time does not depend on what the call asked for),
+each with the scheduler options the model chooses for the call, and torch._scaled_mm row-wise (fast and precise),
+on the same tensors, L2 flushed before every timing. Beside each time it records the model's terms for that
+kernel (fp8ext's _cost_terms), so that the fit needs no GPU and no build.
 
-The raw measurements (every kernel's median time per shape, the torch peers beside them) are kept in the repo;
---write-table turns them into csrc/sm90/heuristic_table.inc: for each accumulation mode, M bucket and weight
-shape, the fastest kernel and the fastest one without a workspace (not stream-K), which CUDA-graph capture
-uses; kernels measured once but no longer built are passed over. A head to head's row keeps its incumbent
-pick unless a new kernel beats it by more than KEEP_MARGIN (1%). dispatch.cpp reads that table (nearest
-measured weight shape, smallest bucket >= M).
+Anywhere (numpy and scipy):
+    python scripts/tune.py --fit bench/tuning/<calibration>.json [more.json ...] --write
+fits c0..c3 of every kernel with enough rows (and of torch's row-wise path) by least squares on the log of
+measured / predicted time, and writes csrc/sm90/cost_model_coeffs.inc; --report prints, per weight left out of
+the fit in turn, how far the model's pick is from the fastest measured kernel (leave-one-weight-out).
+
+Only the zoo's tuning part and the llama grid are ever measured here: the held-out part is the benchmark's
+(python -m fp8ext.bench --suite zoo), and tests/test_zoo.py checks that no fitted row is held out.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import random
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TABLE = ROOT / "csrc" / "sm90" / "heuristic_table.inc"
-sys.path.insert(0, str(ROOT / "csrc" / "sm90"))
-from generate_kernels import ROWS, decode_kernel_names  # noqa: E402  (the kernel table: which names are stream-K)
+COEFFS = ROOT / "csrc" / "sm90" / "cost_model_coeffs.inc"
+sys.path.insert(0, str(ROOT / "python"))
 
-# Kernels that need a global-memory workspace; dispatch passes over them during CUDA-graph capture.
-WORKSPACE_KERNELS = {r.name for r in ROWS if r.schedule == "sk"}
-# Every kernel the full build has: a recorded measurement of a kernel dropped since never enters the table.
-BUILT_KERNELS = {r.name for r in ROWS} | decode_kernel_names()
-
-
-def candidates(names: list[str], M: int, fast: bool) -> list[str]:
-    """bf16 kernels worth timing at this M (swapped tiles only where M is small enough to gain from them)."""
-    from fp8ext.testing import kernel_max_m
-
-    tag = "_fast_bf16" if fast else "_precise_bf16"
-    out = []
-    for n in names:
-        if n.startswith("gemv_"):  # decode kernels, up to the M in their name; a precise one serves both modes
-            if n.endswith("_bf16") and M <= kernel_max_m(n) and (n.endswith("_precise_bf16") or fast):
-                out.append(n)
-            continue
-        if not n.endswith(tag):
-            continue
-        if n.startswith("swap_"):
-            mma_n = int(n.split("_")[2].split("x")[1])  # swap_<sched>_<MMA M>x<MMA N>x<K>: MMA N covers M
-            if M > max(4 * mma_n, 256):
-                continue
-        elif M < 16 and not n.startswith("sk_"):
-            continue
-        out.append(n)
-    return out
+TORCH = "torch._scaled_mm"
+MIN_ROWS = 6  # a kernel measured on fewer rows keeps its twin's or the default coefficients
+PREFILTER = 4.0  # only kernels the model predicts within this factor of its best are timed
+SLOW_CUTOFF = 3.0  # a candidate slower than this times the row's fastest first sample is timed no further
 
 
-def time_forced(timer, names, call) -> dict[str, float]:
-    """Median time of call() with each named kernel (a KernelChoice's written form) forced in turn."""
-    import fp8ext
+# ---- measuring (GPU) -----------------------------------------------------------------------------------------
 
-    times = {}
-    for name in names:
-        with fp8ext.force_kernel(name):
-            times[name] = timer(call)
-    return times
+def calibration_rows(include_llama: bool = True) -> list[dict]:
+    """The zoo's tuning part, then the llama grid (M = 1..16384 on the 12 llama weights), in a fixed shuffled
+    order so that a run cut short by its deadline still covers every kind of shape."""
+    from fp8ext.bench import LLAMA_M, LLAMA_NK
+    from fp8ext.zoo import zoo_rows
 
-
-def report(i: int, total: int, row: dict) -> None:
-    """One progress line: the row's fastest kernel against torch row-wise."""
-    best = min(row["kernels"], key=row["kernels"].get)
-    print(f"[{i + 1}/{total}] {row['M']}x{row['N']}x{row['K']} {'fast' if row['use_fast_accum'] else 'precise'}: "
-          f"best {best} {row['kernels'][best]:.1f} us, torch row-wise {row['torch_rowwise_us']:.1f} us "
-          f"({row['torch_rowwise_us'] / row['kernels'][best]:.2f}x)", flush=True)
+    rows = [dict(r, source="zoo") for r in zoo_rows("tune")]
+    if include_llama:
+        rows += [{"M": m, "N": n, "K": k, "weight": f"llama/{n}x{k}", "split": "tune", "source": "llama"}
+                 for n, k in LLAMA_NK for m in LLAMA_M]
+    random.Random(0).shuffle(rows)
+    return rows
 
 
-def save(result: dict, out_path: Path, complete: bool) -> None:
-    """Rewritten after every shape, so a run stopped by a time limit still leaves its measurements."""
-    result["complete"] = complete
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(result, indent=1) + "\n")
+class FlushTimer:
+    """Times one callable: L2 flushed (a buffer of twice its size zeroed) before each launch, CUDA events around
+    the launch alone, median of the samples."""
+
+    def __init__(self):
+        import torch
+
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        self.flush = torch.empty(2 * props.L2_cache_size, dtype=torch.uint8, device="cuda")
+
+    def samples(self, fn, n: int) -> list[float]:
+        import torch
+
+        events = []
+        for _ in range(n):
+            self.flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            events.append((start, end))
+        torch.cuda.synchronize()
+        return [1e3 * s.elapsed_time(e) for s, e in events]
 
 
-def measure(out_path: Path, rep_ms: int, ms: list[int] | None, deadline: float | None = None) -> dict:
-    import time
-
-    import torch
-
-    import fp8ext
-    from fp8ext.bench import LLAMA_M, LLAMA_NK, Timer, git_commit, make_operands
-
-    timer = Timer(rep_ms=rep_ms, warmup_ms=max(5, rep_ms // 4))
-    names = fp8ext.kernel_names()
-    rows = []
-    # The llama M values, plus 4 and 8 so that the decode range has buckets of its own.
-    grid = [(m, n, k) for n, k in LLAMA_NK for m in (ms or sorted(set(LLAMA_M) | {4, 8}))]
-    result = {"commit": git_commit(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "method": f"do_bench median rep={rep_ms} ms, L2 flushed", "complete": False, "rows": rows}
-    for i, (M, N, K) in enumerate(grid):
-        if deadline is not None and time.time() > deadline:
-            print(f"deadline reached after {i} of {len(grid)} shapes; the JSON holds what was measured")
-            break
-        a, b, sa, sb, st_a, st_b = make_operands(M, N, K)
-        for fast in (True, False):
-            kw = dict(out_dtype=torch.bfloat16, use_fast_accum=fast)
-            row = {"M": M, "N": N, "K": K, "use_fast_accum": fast,
-                   "kernels": time_forced(timer, candidates(names, M, fast),
-                                          lambda: fp8ext.scaled_mm(a, b, sa, sb, **kw))}
-            row["torch_rowwise_us"] = timer(lambda: torch._scaled_mm(a, b, sa, sb, **kw))
-            row["torch_tensorwise_us"] = timer(lambda: torch._scaled_mm(a, b, st_a, st_b, **kw))
-            rows.append(row)
-            report(i, len(grid), row)
-        del a, b, sa, sb, st_a, st_b
-        save(result, out_path, i + 1 == len(grid))
-    return result
+def median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else 0.5 * (xs[mid - 1] + xs[mid])
 
 
-SCHED_OPTIONS = [f"@{r}{w}" for r in "MN" for w in (1, 2, 4, 8)]
-
-
-def row_key(r: dict) -> tuple[int, int, int, bool]:
-    """A tuning or bench row's identity: (M, N, K, use_fast_accum)."""
-    return r["M"], r["N"], r["K"], r["use_fast_accum"]
-
-
-def parse_rows(text: str) -> set[tuple[int, int, int, bool]]:
-    """'MxNxK:fast,MxNxK:precise' -> {(M, N, K, use_fast_accum)}."""
-    out = set()
-    for item in text.split(","):
-        shape, _, accum = item.partition(":")
-        if accum not in ("fast", "precise"):
-            raise SystemExit(f"--rows: {item!r} does not end in :fast or :precise")
-        m, n, k = (int(x) for x in shape.lower().split("x"))
-        out.add((m, n, k, accum == "fast"))
-    return out
-
-
-def rows_below(bench: dict, ratio: float) -> set[tuple[int, int, int, bool]]:
-    """The rows of a bench run where torch row-wise time / fp8ext time < ratio."""
-    return {row_key(r) for r in bench["rows"] if r["torch_rowwise_us"] / r["fp8ext_us"] < ratio}
-
-
-def sweep_candidates(row: dict, top: int = 2, extra: tuple[str, ...] = ()) -> list[str]:
-    """The `top` fastest kernels of a base-run row, plus its fastest one without a workspace, plus those of the
-    `extra` kernels (new since the base run) that candidates() would time at this row's M."""
-    ranked = sorted((k for k in row["kernels"] if not k.startswith("gemv_")), key=row["kernels"].get)
-    picked = ranked[:top]
-    if all(k in WORKSPACE_KERNELS for k in picked):
-        picked += [k for k in ranked if k not in WORKSPACE_KERNELS][:1]
-    picked += [k for k in candidates(list(extra), row["M"], row["use_fast_accum"]) if k not in picked]
-    return picked
-
-
-def heat_up(seconds: float = 3.0) -> None:
-    """Runs the tensor cores until the card sits at its power limit, so that the first shapes are not measured
-    at a cold card's higher clock while the rest run throttled (scripts/clock_probe.py saw 1980 MHz cold and
-    1300-1400 MHz at the 700 W limit)."""
-    import time
-
+def measure_row(timer: FlushTimer, row: dict, rounds: int = 3, reps: int = 3) -> dict:
+    """Every candidate of one row: a warm-up and a first sample each, then `rounds` interleaved turns of `reps`
+    samples for those within SLOW_CUTOFF of the fastest first sample (torch's two peers always)."""
     import torch
 
     import fp8ext
     from fp8ext.bench import make_operands
 
-    a, b, sa, sb, _, _ = make_operands(8192, 8192, 8192)
-    end = time.time() + seconds
-    while time.time() < end:
-        for _ in range(10):
-            fp8ext.scaled_mm(a, b, sa, sb)
-        torch.cuda.synchronize()
+    M, N, K = row["M"], row["N"], row["K"]
+    a, b, sa, sb, _, _ = make_operands(M, N, K)
+    ranking = fp8ext.selected_kernel(M, N, K, torch.bfloat16, True, explain=True)["ranking"]
+    # Kernels the (uncalibrated or calibrated) model puts beyond PREFILTER x its best are not worth the device
+    # time: a 64x16 swapped tile at M = 16384 on a large weight runs for a second.
+    floor = min((r["predicted_us"] for r in ranking), default=0.0)
+    choices = [r["kernel"] for r in ranking if r["predicted_us"] <= PREFILTER * floor]
+
+    def call(fast=True):
+        return lambda: fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
+
+    def run(name, n):
+        if name.startswith(TORCH):
+            fast = name.endswith(":fast")
+            return timer.samples(lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16,
+                                                          use_fast_accum=fast), n)
+        with fp8ext.force_kernel(name):
+            return timer.samples(call(), n)
+
+    peers = [f"{TORCH}:fast", f"{TORCH}:precise"]
+    samples = {}
+    for name in choices + peers:
+        run(name, 1)  # warm-up (and module load)
+        samples[name] = run(name, 1)
+    fastest = min(samples[c][0] for c in choices) if choices else math.inf
+    timed = [c for c in choices if samples[c][0] <= SLOW_CUTOFF * fastest] + peers
+    for turn in range(rounds):
+        order = timed[turn % len(timed):] + timed[:turn % len(timed)]
+        for name in order:
+            samples[name] += run(name, reps)
+    out = dict(row)
+    out["times"] = {c: median(samples[c]) for c in choices}
+    out["samples"] = {c: len(samples[c]) for c in choices}
+    out["terms"] = {c: list(torch.ops.fp8ext._cost_terms(c, M, N, K, torch.bfloat16)) for c in choices}
+    out["torch_rowwise_us"] = {"fast": median(samples[peers[0]]), "precise": median(samples[peers[1]])}
+    out["torch_terms"] = list(torch.ops.fp8ext._cost_terms(TORCH, M, N, K, torch.bfloat16))
+    del a, b, sa, sb
+    return out
 
 
-def incumbents(row: dict) -> list[str]:
-    """What the table picks for the base row before a head to head (table_picks): its kernel, and its CUDA-graph
-    kernel where that differs (the kernel needs a workspace)."""
-    picks = table_picks(row)
-    if picks is None:  # no table row: nothing measured in it is built
-        return [min(row["kernels"], key=row["kernels"].get)]
-    best, capture = picks
-    return [best] if capture == best else [best, capture]
-
-
-def head_to_head_choices(row: dict, extra: tuple[str, ...], built: set[str]) -> list[str]:
-    """The row's incumbents, and each `extra` kernel that fits the row's M with the fastest choice's scheduler
-    options (the decode kernels have none)."""
-    picks = incumbents(row)
-    best = picks[0]
-    opts = best[best.index("@"):] if "@" in best else ""
-    new = [k if k.startswith("gemv_") else k + opts
-           for k in candidates(list(extra), row["M"], row["use_fast_accum"]) if k in built]
-    return picks + [k for k in new if k not in picks]
-
-
-def time_interleaved(timer, choices: list[str], call, peer, rounds: int = 3) -> tuple[dict[str, float], float]:
-    """Median time of call() under each forced choice and of peer(), in `rounds` turns with the order rotated
-    (fp8ext.bench.Timer.interleaved: the clock's wander under the power cap is shared alike)."""
-    import contextlib
-
-    import fp8ext
-
-    peer_name = "torch row-wise"  # not a kernel name: no kernel is forced for it
-    times = timer.interleaved({**{c: call for c in choices}, peer_name: peer}, rounds,
-                              around=lambda n: contextlib.nullcontext() if n == peer_name else fp8ext.force_kernel(n))
-    return {c: times[c] for c in choices}, times[peer_name]
-
-
-def sweep(base: dict, out_path: Path, rep_ms: int, min_m: int, deadline: float | None = None,
-          only: set[tuple[int, int, int, bool]] | None = None, extra: tuple[str, ...] = (),
-          head_to_head: bool = False) -> dict:
-    import time
-
+def calibrate(out_path: Path, deadline: float | None, include_llama: bool) -> dict:
     import torch
 
     import fp8ext
-    from fp8ext.bench import Timer, git_commit, make_operands
+    from fp8ext.bench import run_record
 
-    timer = Timer(rep_ms=rep_ms, warmup_ms=max(5, rep_ms // 4))
-    built = set(fp8ext.kernel_names())
-    todo = [r for r in base["rows"] if r["M"] >= min_m
-            and (only is None or row_key(r) in only)]
-    rows = []
-    result = {"commit": git_commit(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "method": f"do_bench median rep={rep_ms} ms, L2 flushed, card heated to its power limit first; "
-                        + (f"head to head, interleaved in 3 turns: the best choice per row of {base.get('commit')} "
-                           f"against the new kernels {list(extra)} with its scheduler options, where they fit the "
-                           "row's M" if head_to_head else
-                           f"scheduler options {SCHED_OPTIONS} of the 2 best kernels per row of {base.get('commit')}"
-                           + (f" and of the new kernels {list(extra)} where they fit the row's M" if extra else "")),
-              "complete": False, "rows": rows}
-    heat_up()
-    for i, base_row in enumerate(todo):
+    timer = FlushTimer()
+    rows = calibration_rows(include_llama)
+    result = {**run_record(), "kind": "cost-model calibration", "kernels": fp8ext.kernel_names(),
+              "method": "per row: every kernel the cost model offers (fast accumulation call, bf16 out) with the "
+                        "model's scheduler options, and torch._scaled_mm row-wise fast and precise; L2 flushed "
+                        "before each timing, CUDA events; warm-up + 1 sample each, then 3 interleaved turns of 3 "
+                        f"samples for those within {SLOW_CUTOFF}x of the fastest first sample; median",
+              "complete": False, "rows": []}
+    start = time.time()
+    for i, row in enumerate(rows):
         if deadline is not None and time.time() > deadline:
-            print(f"deadline reached after {i} of {len(todo)} rows; the JSON holds what was measured")
+            print(f"deadline reached after {i} of {len(rows)} rows; the JSON holds what was measured")
             break
-        M, N, K, fast = base_row["M"], base_row["N"], base_row["K"], base_row["use_fast_accum"]
-        a, b, sa, sb, _, _ = make_operands(M, N, K)
-        kw = dict(out_dtype=torch.bfloat16, use_fast_accum=fast)
-        call = lambda: fp8ext.scaled_mm(a, b, sa, sb, **kw)  # noqa: E731
-        peer = lambda: torch._scaled_mm(a, b, sa, sb, **kw)  # noqa: E731
-        row = {"M": M, "N": N, "K": K, "use_fast_accum": fast}
-        if head_to_head:
-            row["kernels"], row["torch_rowwise_us"] = time_interleaved(
-                timer, head_to_head_choices(base_row, extra, built), call, peer)
-            row["incumbents"] = incumbents(base_row)  # write_table keeps them unless beaten by KEEP_MARGIN
-        else:
-            choices = [k + opts for k in sweep_candidates(base_row, extra=extra) if k in built
-                       for opts in SCHED_OPTIONS]
-            row["kernels"] = time_forced(timer, choices, call)
-            row["torch_rowwise_us"] = timer(peer)
-        rows.append(row)
-        report(i, len(todo), row)
-        del a, b, sa, sb
-        save(result, out_path, i + 1 == len(todo))
+        r = measure_row(timer, row)
+        result["rows"].append(r)
+        best = min(r["times"], key=r["times"].get)
+        print(f"[{i + 1}/{len(rows)} {time.time() - start:.0f}s] {r['M']}x{r['N']}x{r['K']}: {len(r['times'])} "
+              f"kernels, best {best} {r['times'][best]:.1f} us, torch {r['torch_rowwise_us']['fast']:.1f} us",
+              flush=True)
+        if i % 20 == 19:
+            out_path.write_text(json.dumps(result) + "\n")
+    result["complete"] = len(result["rows"]) == len(rows)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(result) + "\n")
+    torch.cuda.synchronize()
     return result
 
 
-def merge_sweep(base: dict, sched: dict) -> dict:
-    """The base run with every row that the scheduler sweep re-measured replaced by the sweep's row (one
-    session's measurements per row, so the kernels within a row stay comparable)."""
-    swept = {row_key(r): r for r in sched["rows"] if r["kernels"]}
-    merged = dict(base)
-    merged["rows"] = [swept.get(row_key(r), r) for r in base["rows"]]
-    merged["commit"] = f"{base['commit']} + scheduler sweep {sched['commit']}"
-    return merged
+# ---- fitting (anywhere) --------------------------------------------------------------------------------------
+
+def predict(c, terms) -> float:
+    """The formula of cost_model.h: c0 + max(c1 * f1 + c3 * f3, c2 * f2)."""
+    f1, f2, f3 = terms[:3]
+    return c[0] + max(c[1] * f1 + c[3] * f3, c[2] * f2)
 
 
-def load_merged(base_path: Path, sweep_paths: list[Path]) -> dict:
-    """A recorded run with recorded sweeps merged in, in order (later sweeps win): what --write-table uses."""
-    result = json.loads(Path(base_path).read_text())
-    for sweep_path in sweep_paths:
-        result = merge_sweep(result, json.loads(Path(sweep_path).read_text()))
-    return result
+def _fit_one(points: list[tuple[list[float], float]]) -> list[float]:
+    """c0..c3 >= 0 minimising the squared log error of predicted against measured time."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    f = np.array([p[0][:3] for p in points], dtype=float)
+    t = np.array([p[1] for p in points], dtype=float)
+
+    def residual(c):
+        pred = c[0] + np.maximum(c[1] * f[:, 0] + c[3] * f[:, 2], c[2] * f[:, 1])
+        return np.log(pred) - np.log(t)
+
+    best = None
+    # The max() makes the problem piecewise: start from a compute-bound and a memory-bound guess.
+    for x0 in ([5.0, 0.5, 0.3, 1.0], [5.0, 0.05, 0.35, 0.1], [2.0, 1.0, 0.2, 2.0]):
+        r = least_squares(residual, x0, bounds=([0.5, 0, 0, 0], [50.0, np.inf, np.inf, np.inf]))
+        if best is None or r.cost < best.cost:
+            best = r
+    return [float(x) for x in best.x]
 
 
-# A head to head's new kernel replaces the row's incumbent only if it is faster by more than this fraction: the
-# interleaved medians still wander by about 1-3% per row between runs, and a flip inside that is a coin toss
-# (22 of the 41 rows that session 10's head to heads flipped gained less than 1%). Rows of older sweeps, which
-# record no incumbents, take the fastest as before.
-KEEP_MARGIN = 0.01
+def points_by_kernel(rows: list[dict]) -> dict[str, list]:
+    """{kernel name (no options): [(terms, measured us), ...]} plus torch_rowwise_fast / torch_rowwise_precise."""
+    pts: dict[str, list] = {}
+    for r in rows:
+        for choice, us in r["times"].items():
+            pts.setdefault(choice.split("@")[0], []).append((r["terms"][choice], us))
+        for accum in ("fast", "precise"):
+            pts.setdefault(f"torch_rowwise_{accum}", []).append((r["torch_terms"], r["torch_rowwise_us"][accum]))
+    return pts
 
 
-def fastest(times: dict[str, float], incumbents: list[str]) -> str:
-    """The fastest of `times`, unless an incumbent among them is within KEEP_MARGIN of it: then that incumbent."""
-    best = min(times, key=times.get)
-    kept = [k for k in incumbents if k in times and times[k] <= times[best] * (1.0 + KEEP_MARGIN)]
-    return min(kept, key=times.get) if kept else best
+def fit(rows: list[dict]) -> dict[str, list[float]]:
+    return {name: _fit_one(p) for name, p in sorted(points_by_kernel(rows).items()) if len(p) >= MIN_ROWS}
 
 
-def table_picks(row: dict) -> tuple[str, str] | None:
-    """The table's two columns for a measured row: the fastest built kernel, and the fastest built one without a
-    workspace, each keeping a recorded incumbent within KEEP_MARGIN (fastest). None if no kernel without a
-    workspace was measured or built."""
-    times = {k: t for k, t in row["kernels"].items() if k.split("@")[0] in BUILT_KERNELS}
-    no_workspace = {k: t for k, t in times.items() if k.split("@")[0] not in WORKSPACE_KERNELS}
-    if not times or not no_workspace:
-        return None
-    kept = row.get("incumbents", [])
-    return fastest(times, kept), fastest(no_workspace, kept)
+def load_rows(paths: list[Path]) -> list[dict]:
+    from fp8ext.zoo import zoo_rows
+
+    heldout = {(r["N"], r["K"]) for r in zoo_rows("heldout")}
+    rows = []
+    for p in paths:
+        for r in json.loads(p.read_text())["rows"]:
+            if (r["N"], r["K"]) in heldout:
+                raise SystemExit(f"{p}: row {r['M']}x{r['N']}x{r['K']} is a held-out weight; calibration may "
+                                 "not read it")
+            rows.append(r)
+    return rows
 
 
-def write_table(result: dict, source: str) -> None:
-    lines = [f"// Generated by scripts/tune.py --write-table from {source}",
-             f"// ({result['gpu']}, torch {result['torch']}, commit {result['commit']}): the fastest kernel per",
-             "// accumulation mode, M bucket and weight shape, and the fastest one that needs no workspace (used",
-             "// during CUDA-graph capture). {OutType, Accum, m_max, n, k, \"kernel\", \"capture kernel\"}"]
-    for row in sorted(result["rows"], key=lambda r: (not r["use_fast_accum"], r["N"] * r["K"], r["M"])):
-        picks = table_picks(row)
-        if picks is None:
+def model_pick(coeffs: dict, row: dict, fast: bool, twin_of) -> str | None:
+    """What cost_model.cpp would pick among the row's measured kernels (precise calls: precise kernels only;
+    tile ratio over 1.10 last; a kernel without coefficients: its twin's, else skipped here)."""
+    from fp8ext.ops import kernel_traits
+
+    best, key_best = None, None
+    for choice, terms in row["terms"].items():
+        name = choice.split("@")[0]
+        if not fast and kernel_traits(name)["accum"] != "precise":
             continue
-        best, capture = picks
-        accum = "kFast" if row["use_fast_accum"] else "kPrecise"
-        lines.append(f'{{OutType::kBF16, Accum::{accum}, {row["M"]}, {row["N"]}, {row["K"]}, "{best}", '
-                     f'"{capture}"}},')
-    TABLE.write_text("\n".join(lines) + "\n")
-    print(f"wrote {TABLE.relative_to(ROOT)} ({len(lines) - 4} rows)")
+        c = coeffs.get(name) or coeffs.get(twin_of(name) or "")
+        if c is None:
+            continue
+        key = (terms[4] / max(terms[3], 1) > 1.10, predict(c, terms))
+        if key_best is None or key < key_best:
+            best, key_best = choice, key
+    return best
 
 
-def table_sources(table: Path = TABLE) -> list[str]:
-    """The recorded runs a table was written from, as its first line names them (write_table): the base run,
-    then the merged sweeps in order, as paths relative to the repository."""
-    header = Path(table).read_text().splitlines()[0]
-    return header.split(" from ", 1)[1].split(" + ")
+def report(rows: list[dict]) -> dict:
+    """Leave-one-weight-out: for each weight, fit without its rows and score the model's picks on them."""
+    from fp8ext.ops import kernel_traits
+
+    weights = sorted({r["weight"] for r in rows})
+    regrets = {True: [], False: []}
+    vs_torch = {True: [], False: []}
+    for w in weights:
+        coeffs = fit([r for r in rows if r["weight"] != w])
+        for r in (r for r in rows if r["weight"] == w):
+            for fast in (True, False):
+                mine = {c: t for c, t in r["times"].items()
+                        if fast or kernel_traits(c)["accum"] == "precise"}
+                if not mine:
+                    continue
+                pick = model_pick(coeffs, r, fast, lambda n: kernel_traits(n)["twin"])
+                if pick is None:
+                    continue
+                best = min(mine.values())
+                regrets[fast].append(mine[pick] / best)
+                vs_torch[fast].append(r["torch_rowwise_us"]["fast" if fast else "precise"] / mine[pick])
+    out = {}
+    for fast in (True, False):
+        tag = "fast" if fast else "precise"
+        xs = regrets[fast]
+        out[tag] = {"rows": len(xs), "geomean pick/best": math.exp(sum(map(math.log, xs)) / len(xs)),
+                    "within 3%": sum(x <= 1.03 for x in xs) / len(xs), "worst": max(xs),
+                    "geomean torch/pick": math.exp(sum(map(math.log, vs_torch[fast])) / len(xs))}
+    return out
+
+
+def write_coefficients(coeffs: dict[str, list[float]], sources: list[Path]) -> None:
+    names = " + ".join(str(p.relative_to(ROOT)) if p.is_absolute() else str(p) for p in sources)
+    lines = [f"// Generated by scripts/tune.py --fit {names} --write: c0..c3 of the cost model",
+             "// (cost_model.h), fitted on the zoo's tuning part and the llama grid. {name, {c0, c1, c2, c3}}"]
+    for name, c in sorted(coeffs.items()):
+        lines.append(f'{{"{name}", {{{c[0]:.6g}, {c[1]:.6g}, {c[2]:.6g}, {c[3]:.6g}}}}},')
+    COEFFS.write_text("\n".join(lines) + "\n")
+    print(f"wrote {COEFFS.relative_to(ROOT)}: {len(coeffs)} rows")
+
+
+def coefficient_sources(path: Path = COEFFS) -> list[str]:
+    """The calibration files the committed coefficients were fitted on (the .inc's first line)."""
+    first = path.read_text().splitlines()[0] if path.exists() else ""
+    if "--fit " not in first:
+        return []
+    return first.split("--fit ", 1)[1].split(" --write")[0].split(" + ")
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, help="measure on this GPU and write the raw JSON here")
-    p.add_argument("--from-json", type=Path, help="use a recorded run instead of measuring")
-    p.add_argument("--write-table", action="store_true", help="regenerate csrc/sm90/heuristic_table.inc")
-    p.add_argument("--rep-ms", type=int, default=20)
-    p.add_argument("--ms", help="comma-separated M values (default: the llama grid)")
-    p.add_argument("--deadline", type=float, help="stop measuring at this Unix time (seconds)")
-    p.add_argument("--sweep-from", type=Path, help="with --out: sweep the scheduler options on this run's best")
-    p.add_argument("--sweep", type=Path, action="append",
-                   help="with --from-json or --sweep-from: a recorded scheduler sweep to merge into the base run "
-                        "(repeatable; later ones win)")
-    p.add_argument("--min-m", type=int, default=256, help="the sweep covers rows with M >= this")
-    p.add_argument("--rows", help="sweep only these rows: MxNxK:fast|precise[,...]")
-    p.add_argument("--below", type=Path, help="sweep only the rows where this bench JSON (python -m fp8ext.bench "
-                                              "--json) has fp8ext slower than --below-ratio x torch row-wise")
-    p.add_argument("--below-ratio", type=float, default=0.97)
-    p.add_argument("--with-m", help="also sweep every row with M in this comma-separated list (a union with the "
-                                    "rows --rows/--below pick)")
-    p.add_argument("--head-to-head", action="store_true",
-                   help="with --sweep-from and --extra: time only each row's best choice against the extra kernels "
-                        "with the same scheduler options, interleaved (a new kernel against the table's pick)")
-    p.add_argument("--accum", choices=("fast", "precise"), help="with --sweep-from: only rows of this mode")
-    p.add_argument("--table-sources", action="store_true",
-                   help="print the recorded runs the committed table was written from, one per line, and exit")
-    p.add_argument("--extra", default="", help="comma-separated kernels new since the base run, timed in the "
-                                               "sweep wherever candidates() would time them at the row's M")
+    p.add_argument("--calibrate", action="store_true", help="measure on this GPU (needs every kernel built)")
+    p.add_argument("--out", type=Path, help="with --calibrate: the JSON to write")
+    p.add_argument("--no-llama", action="store_true", help="with --calibrate: the zoo's tuning part only")
+    p.add_argument("--deadline", type=float, help="with --calibrate: stop measuring at this Unix time")
+    p.add_argument("--fit", type=Path, nargs="+", help="calibration JSON files to fit on")
+    p.add_argument("--write", action="store_true", help="with --fit: write csrc/sm90/cost_model_coeffs.inc")
+    p.add_argument("--report", action="store_true", help="with --fit: leave-one-weight-out scores")
+    p.add_argument("--sources", action="store_true", help="print the files the committed coefficients came from")
     args = p.parse_args()
-    if args.table_sources:
-        print("\n".join(table_sources()))
+    if args.sources:
+        print("\n".join(coefficient_sources()))
         return 0
-    if args.sweep_from:
-        if not args.out:
-            p.error("--sweep-from needs --out")
-        only = None
-        if args.rows:
-            only = parse_rows(args.rows)
-        if args.below:
-            below = rows_below(json.loads(args.below.read_text()), args.below_ratio)
-            only = below if only is None else only & below
-        # The base run with its recorded sweeps merged in: the table's own measurements.
-        base = load_merged(args.sweep_from, args.sweep or [])
-        if args.accum:
-            base["rows"] = [r for r in base["rows"] if r["use_fast_accum"] == (args.accum == "fast")]
-        if args.with_m:
-            ms = {int(m) for m in args.with_m.split(",")}
-            only = (only or set()) | {row_key(r) for r in base["rows"] if r["M"] in ms}
-        extra = tuple(k for k in args.extra.split(",") if k)
-        if args.head_to_head and not extra:
-            p.error("--head-to-head needs --extra")
-        sweep(base, args.out, args.rep_ms, args.min_m, args.deadline, only, extra, args.head_to_head)
+    if args.calibrate:
+        if args.out is None:
+            p.error("--calibrate needs --out")
+        calibrate(args.out, args.deadline, not args.no_llama)
         return 0
-    if args.from_json:
-        result = load_merged(args.from_json, args.sweep or [])
-        source = " + ".join(str(x) for x in [args.from_json, *(args.sweep or [])])
-    elif args.out:
-        result = measure(args.out, args.rep_ms, [int(m) for m in args.ms.split(",")] if args.ms else None,
-                         args.deadline)
-        source = args.out
-    else:
-        p.error("give --out (measure) or --from-json")
-    if args.write_table:
-        def rel(path) -> str:
-            path = Path(path).resolve()
-            return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
-        write_table(result, " + ".join(rel(x) for x in str(source).split(" + ")))
-    return 0
+    if args.fit:
+        rows = load_rows(args.fit)
+        if args.report:
+            print(json.dumps(report(rows), indent=1))
+        if args.write:
+            write_coefficients(fit(rows), args.fit)
+        return 0
+    p.print_help()
+    return 1
 
 
 if __name__ == "__main__":

@@ -130,7 +130,7 @@ def sources(with_cuda: bool) -> list[Path]:
     srcs = [CSRC / "bindings.cpp", CSRC / "scaled_mm_checks.cpp", CSRC / "scaled_mm_cpu.cpp"]
     if with_cuda:
         srcs += [CSRC / "scaled_mm_cuda.cu", CSRC / "sm90" / "kernel_registry.cpp", CSRC / "sm90" / "dispatch.cpp",
-                 CSRC / "sm90" / "autotune.cpp"]
+                 CSRC / "sm90" / "cost_model.cpp", CSRC / "sm90" / "autotune.cpp"]
         # The hand-written decode kernels: every gemv_*.cu, the files generate_kernels.decode_kernel_names() reads.
         srcs += sorted((CSRC / "sm90").glob("gemv_*.cu"))
         srcs += kernel_sources()

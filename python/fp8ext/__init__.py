@@ -11,12 +11,18 @@ import json
 from importlib import resources
 
 from .autotune import _configure_from_environment, autotune, autotune_entries
-from .ops import force_kernel, kernel_names, scaled_mm, selected_kernel
+from .ops import (_has_cuda_kernels, backends, force_kernel, kernel_names, kernel_traits, scaled_mm,
+                  selected_kernel, set_backends)
 
 __version__ = "0.1.0"
-__all__ = ["scaled_mm", "kernel_names", "selected_kernel", "force_kernel", "autotune", "autotune_entries",
-           "build_info", "__version__"]
+__all__ = ["scaled_mm", "kernel_names", "kernel_traits", "selected_kernel", "force_kernel", "set_backends",
+           "backends", "autotune", "autotune_entries", "build_info", "__version__"]
 
+if _has_cuda_kernels():
+    # Part of the autotuner's cache key: a choice measured under other versions is tuned again.
+    import torch as _torch
+
+    _torch.ops.fp8ext._set_software_key(f"cuda{_torch.version.cuda}/torch{_torch.__version__}/fp8ext{__version__}")
 _configure_from_environment()
 
 

@@ -4,6 +4,7 @@
     python -m fp8ext.bench --suite llama        # 12 Llama-3 weight shapes x 12 M values, fast and precise
     python -m fp8ext.bench --suite custom --shapes 16x4096x4096,8192x8192x8192
     python -m fp8ext.bench --suite llama --json bench/results/run.json --plot bench/results/run.png
+    python -m fp8ext.bench --suite zoo [--split heldout]   # other models' weights and odd M (fp8ext.zoo)
 
 Times are medians of triton.testing.do_bench calls (L2 flushed before every call), on fresh random inputs, taken in
 interleaved turns (--rounds, the peer order rotated each turn) so that a clock wandering under the power cap
@@ -199,6 +200,88 @@ def run_gpu(shapes, accums: Iterable[bool], timer: Timer, compile_peer: bool = F
     return rows
 
 
+@contextlib.contextmanager
+def _backends(name: str):
+    before = ops.backends()
+    ops.set_backends(name)
+    try:
+        yield
+    finally:
+        ops.set_backends(before)
+
+
+def run_zoo(rows: list[dict], accums: Iterable[bool], timer: Timer, check: bool = True, progress: bool = True,
+            rounds: int = 3) -> list[dict]:
+    """The zoo rows: fp8ext's default path (kernels, with torch's row-wise path as the backstop where the cost
+    model predicts it faster), fp8ext's kernels alone, and torch._scaled_mm row-wise, on the same tensors. Where
+    the default path picks a kernel, it is the kernels-alone call itself, timed once (same_path: true)."""
+    out = []
+    work = [(r, f) for r in rows for f in accums]
+    bar = _progress(len(work), progress)
+    for row, fast in work:
+        M, N, K = row["M"], row["N"], row["K"]
+        a, b, sa, sb, _, _ = make_operands(M, N, K)
+        kw = dict(out_dtype=torch.bfloat16, use_fast_accum=fast)
+        ours = lambda: ops.scaled_mm(a, b, sa, sb, **kw)  # noqa: E731
+        with _backends("fp8ext"):
+            explain = ops.selected_kernel(M, N, K, torch.bfloat16, fast, explain=True)
+        with _backends("fp8ext,torch"):
+            default = ops.selected_kernel(M, N, K, torch.bfloat16, fast)
+        kernel = explain["selected"]
+        mine = next(r for r in explain["ranking"] if r["kernel"] == kernel)
+        if check:
+            idx = torch.randperm(M, device="cuda")[: min(M, 64)]
+            for name in ("fp8ext", "fp8ext,torch"):
+                with _backends(name):
+                    check_against_reference(ours()[idx], a[idx], b, sa[idx], sb, use_fast_accum=fast,
+                                            what=f"zoo M={M} N={N} K={K} fast={fast} backends={name}")
+        peers = {"fp8ext_kernels_us": ours, "torch_rowwise_us": lambda: torch._scaled_mm(a, b, sa, sb, **kw)}
+        same = default == kernel
+        if not same:
+            peers["fp8ext_us"] = ours
+        around = lambda n: _backends("fp8ext,torch" if n == "fp8ext_us" else "fp8ext")  # noqa: E731
+        times = timer.interleaved(peers, rounds, around=around)
+        if same:
+            times["fp8ext_us"] = times["fp8ext_kernels_us"]
+        out.append({**row, "accum": "fast" if fast else "precise", "use_fast_accum": fast, **times,
+                    "kernel": default, "kernels_kernel": kernel, "same_path": same,
+                    "tile_ratio": mine["tile_ratio"], "predicted_us": mine["predicted_us"],
+                    "torch_predicted_us": explain["torch_predicted_us"]})
+        del a, b, sa, sb
+        r = out[-1]
+        bar(f"{M}x{N}x{K} {r['accum']} {r['split']}: {r['torch_rowwise_us'] / r['fp8ext_us']:.2f}x default, "
+            f"{r['torch_rowwise_us'] / r['fp8ext_kernels_us']:.2f}x kernels")
+    bar(None)
+    return out
+
+
+ZOO_GROUPS = (("M<=128", lambda m: m <= 128), ("128<M<1024", lambda m: 128 < m < 1024), ("M>=1024", lambda m: m >= 1024))
+
+
+def summarize_zoo(rows: list[dict]) -> dict:
+    """Per split, accumulation and M group: geomean of torch row-wise time / fp8ext time for the default path
+    and for the kernels alone, the worst row of each, the rows below 0.90x / 0.97x, and the largest tile ratio."""
+    out = {}
+    for split in ("tune", "heldout"):
+        for accum in ("fast", "precise"):
+            sel = [r for r in rows if r["split"] == split and r["accum"] == accum]
+            for gname, pred in ZOO_GROUPS + (("all", lambda m: True),):
+                group = [r for r in sel if pred(r["M"])]
+                if not group:
+                    continue
+                entry = {"rows": len(group), "max tile_ratio": max(r["tile_ratio"] for r in group)}
+                for tag, col in (("default", "fp8ext_us"), ("kernels", "fp8ext_kernels_us")):
+                    ratios = [(r["torch_rowwise_us"] / r[col], r) for r in group]
+                    worst = min(ratios, key=lambda x: x[0])
+                    entry[tag] = {"geomean": geomean(x for x, _ in ratios),
+                                  "worst": [round(worst[0], 3), worst[1]["M"], worst[1]["N"], worst[1]["K"],
+                                            worst[1]["kernel" if tag == "default" else "kernels_kernel"]],
+                                  "below 0.90": sum(x < 0.90 for x, _ in ratios),
+                                  "below 0.97": sum(x < 0.97 for x, _ in ratios)}
+                out[f"{split} {accum} {gname}"] = entry
+    return out
+
+
 def _progress(total: int, enabled: bool):
     try:
         from tqdm import tqdm
@@ -260,6 +343,18 @@ def print_table(rows: list[dict]) -> None:
               f"{r['fp8ext_us']:8.1f} {r['torch_rowwise_us']:8.1f} {r['torch_tensorwise_us']:8.1f} "
               f"{tflops(M, N, K, r['fp8ext_us']):8.0f} {r['torch_rowwise_us'] / r['fp8ext_us']:6.2f} "
               f"{r['torch_tensorwise_us'] / r['fp8ext_us']:6.2f} {gbps}  {r['kernel']}")
+
+
+def print_zoo_table(rows: list[dict]) -> None:
+    hdr = (f"{'split':>7} {'M':>6} {'N':>6} {'K':>6} {'acc':>7} {'default':>8} {'kernels':>8} {'rowwise':>8} "
+           f"{'x dflt':>6} {'x kern':>6} {'tiles':>5}  kernel")
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        print(f"{r['split']:>7} {r['M']:>6} {r['N']:>6} {r['K']:>6} {r['accum']:>7} {r['fp8ext_us']:8.1f} "
+              f"{r['fp8ext_kernels_us']:8.1f} {r['torch_rowwise_us']:8.1f} "
+              f"{r['torch_rowwise_us'] / r['fp8ext_us']:6.2f} {r['torch_rowwise_us'] / r['fp8ext_kernels_us']:6.2f} "
+              f"{r['tile_ratio']:5.2f}  {r['kernel']}")
 
 
 def plot(rows: list[dict], path: str) -> None:
@@ -328,7 +423,8 @@ def cpu_demo() -> int:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fp8ext.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--suite", default="quick", choices=["quick", "llama", "inductor", "custom"])
+    p.add_argument("--suite", default="quick", choices=["quick", "llama", "inductor", "zoo", "custom"])
+    p.add_argument("--split", choices=["tune", "heldout"], help="zoo suite: one part only (default: both)")
     p.add_argument("--shapes", help="custom suite: MxNxK[,MxNxK...]")
     p.add_argument("--accum", default="fast,precise", help="fast, precise or both (default)")
     p.add_argument("--json", help="write the results (rows, summary, commit, GPU, torch, date) to this file")
@@ -347,13 +443,21 @@ def main(argv=None) -> int:
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0) and ops.kernel_names()):
         return cpu_demo()
 
-    shapes = suite_shapes(args.suite, args.shapes)
     accums = [a.strip() == "fast" for a in args.accum.split(",")]
     torch.backends.cuda.matmul.allow_tf32 = False
-    rows = run_gpu(shapes, accums, Timer(rep_ms=args.rep_ms), compile_peer=args.compile_peer,
-                   check=not args.no_check, progress=not args.quiet, rounds=args.rounds)
-    print_table(rows)
-    summary = summarize(rows)
+    if args.suite == "zoo":
+        from .zoo import zoo_rows
+
+        rows = run_zoo(zoo_rows(args.split), accums, Timer(rep_ms=args.rep_ms), check=not args.no_check,
+                       progress=not args.quiet, rounds=args.rounds)
+        print_zoo_table(rows)
+        summary = summarize_zoo(rows)
+    else:
+        rows = run_gpu(suite_shapes(args.suite, args.shapes), accums, Timer(rep_ms=args.rep_ms),
+                       compile_peer=args.compile_peer, check=not args.no_check, progress=not args.quiet,
+                       rounds=args.rounds)
+        print_table(rows)
+        summary = summarize(rows)
     print("\ngeomean speed-up of fp8ext (peer time / fp8ext time):")
     for k, v in summary.items():
         print(f"  {k:32s} {v if isinstance(v, dict) else f'{v:.3f}'}")
@@ -374,7 +478,7 @@ def main(argv=None) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
         print(f"\nwrote {args.json}")
-    if args.plot:
+    if args.plot and args.suite != "zoo":
         plot(rows, args.plot)
         print(f"wrote {args.plot}")
     return 0

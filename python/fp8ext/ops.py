@@ -78,16 +78,63 @@ def kernel_names() -> list[str]:
 
 
 def selected_kernel(M: int, N: int, K: int, out_dtype: torch.dtype = torch.bfloat16, use_fast_accum: bool = True,
-                    a_dtype: torch.dtype = torch.float8_e4m3fn, capturing: bool = False) -> Optional[str]:
-    """The kernel a row-wise call of this shape would run on an sm_90 GPU: a forced one, else the autotuner's
-    remembered choice (when autotuning is on), else the heuristic's; with ``capturing=True``, the one it would
-    run inside CUDA-graph capture (never a stream-K kernel unless forced). None if no built kernel fits.
+                    a_dtype: torch.dtype = torch.float8_e4m3fn, capturing: bool = False, explain: bool = False,
+                    torch_ok: bool = True):
+    """What a row-wise call of this shape runs on an sm_90 GPU: a forced kernel, else the autotuner's remembered
+    choice (when autotuning is on), else the cost model's best built kernel, or ``"torch._scaled_mm"`` where the
+    model predicts torch's own row-wise path faster (the backstop; ``torch_ok=False`` says torch cannot take the
+    call, e.g. it has a bias, and ``set_backends("fp8ext")`` turns the backstop off). With ``capturing=True``, the
+    choice inside CUDA-graph capture (never a stream-K kernel unless forced). None if no built kernel fits.
 
-    The name may carry the tile scheduler's options that the dispatch table measured best for the shape, e.g.
-    ``pp_128x128x128_c1x2_fast_bf16@N4`` (raster along N, bands of 4 tiles); ``force_kernel`` accepts it."""
+    The name carries the tile scheduler's options chosen for the call, e.g. ``coop_128x256x128_c2x1_fast_bf16@H1``
+    (CUTLASS's raster, bands of 1 tile: the widest band that adds no padded tile); ``force_kernel`` accepts it.
+
+    With ``explain=True`` returns a dict: ``selected`` (the name above) and ``ranking``, every built kernel that
+    computes the call, fastest predicted first, each ``{"kernel", "predicted_us", "tile_ratio", "calibrated"}``,
+    and ``torch_predicted_us`` (negative when the model has no calibration for torch)."""
     if not _has_cuda_kernels():
         return None
-    return torch.ops.fp8ext._selected_kernel(M, N, K, out_dtype, use_fast_accum, a_dtype, capturing) or None
+    name = torch.ops.fp8ext._selected_kernel(M, N, K, out_dtype, use_fast_accum, a_dtype, capturing, torch_ok) or None
+    if not explain:
+        return name
+    ranking = []
+    for line in torch.ops.fp8ext._rank_kernels(M, N, K, out_dtype, use_fast_accum, a_dtype, capturing):
+        kernel, us, ratio, calibrated = line.split(" ")
+        ranking.append({"kernel": kernel, "predicted_us": float(us), "tile_ratio": float(ratio),
+                        "calibrated": calibrated == "1"})
+    torch_row = ranking.pop()  # the last line is torch's row-wise estimate
+    return {"selected": name, "ranking": ranking, "torch_predicted_us": torch_row["predicted_us"]}
+
+
+def set_backends(backends: str) -> None:
+    """``"fp8ext,torch"`` (the default): dispatch may hand a call to torch._scaled_mm's row-wise path where the
+    cost model predicts it faster. ``"fp8ext"``: fp8ext's own kernels only. Process-wide; the environment
+    variable FP8EXT_BACKENDS sets the same at start-up."""
+    if not _has_cuda_kernels():
+        raise RuntimeError("fp8ext.set_backends: this build has no CUDA kernels")
+    torch.ops.fp8ext._set_backends(backends)
+
+
+def backends() -> str:
+    """The backends the default dispatch may use (see set_backends); "fp8ext" on a build without CUDA kernels."""
+    return torch.ops.fp8ext._backends() if _has_cuda_kernels() else "fp8ext"
+
+
+_MANIFEST = None
+
+
+def kernel_traits(name: str) -> dict:
+    """A kernel's traits (tile, cluster, schedule, accumulation, dtypes, max M, workspace, twin) from the kernel
+    manifest (python/fp8ext/kernel_manifest.json, written by csrc/sm90/generate_kernels.py). ``name`` may carry
+    scheduler options (``...@H1``). KeyError for a name that is not in the family."""
+    global _MANIFEST
+    if _MANIFEST is None:
+        from importlib import resources
+        import json
+
+        data = json.loads(resources.files(__package__).joinpath("kernel_manifest.json").read_text())
+        _MANIFEST = {k["name"]: k for k in data["kernels"]}
+    return dict(_MANIFEST[name.split("@")[0]])
 
 
 @contextlib.contextmanager
