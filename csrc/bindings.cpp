@@ -1,4 +1,4 @@
-// The op's one schema, its CPU backend, and the autograd guard. The CUDA backend registers itself in
+// The op's one schema, its CPU backend, the autograd guard, and the autotune cache file's reader and writer. The CUDA backend registers itself in
 // scaled_mm_cuda.cu; the fake (meta) implementation lives in python/fp8ext/ops.py.
 #include <Python.h>
 
@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include "scaled_mm.h"
+#include "sm90/autotune_cache.h"
 
 namespace fp8ext {
 namespace {
@@ -34,12 +35,37 @@ at::Tensor scaled_mm_autograd(const at::Tensor& a, const at::Tensor& b, const at
   return op.call(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum);
 }
 
+// The autotune cache file, in every build (a CPU-only one included) so that python/fp8ext/autotune.py reads it
+// and the tests exercise the tuner's own writer without a GPU. Returns (why the file is unusable or "",
+// [bucket0, kernel0, bucket1, kernel1, ...]); a missing file is no error and has no entries.
+std::tuple<std::string, std::vector<std::string>> autotune_cache_read(const std::string& path) {
+  const sm90::CacheRead r = sm90::read_cache(path);
+  std::vector<std::string> flat;
+  for (const auto& [bucket, kernel] : r.entries) {
+    flat.push_back(bucket);
+    flat.push_back(kernel);
+  }
+  return {r.error, flat};
+}
+
+// Merges the entries into the file as the tuner does after a new choice; returns "" or what failed.
+std::string autotune_cache_write(const std::string& path, const std::vector<std::string>& buckets,
+                                 const std::vector<std::string>& kernels) {
+  TORCH_CHECK(buckets.size() == kernels.size(), "fp8ext.autotune: ", buckets.size(), " buckets but ",
+              kernels.size(), " kernel names");
+  sm90::CacheEntries entries;
+  for (size_t i = 0; i < buckets.size(); ++i) entries[buckets[i]] = kernels[i];
+  return sm90::write_cache(path, entries);
+}
+
 }  // namespace
 
 TORCH_LIBRARY(fp8ext, m) {
   m.def(
       "scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
       "ScalarType? out_dtype=None, bool use_fast_accum=False) -> Tensor");
+  m.def("_autotune_cache_read(str path) -> (str, str[])", &autotune_cache_read);
+  m.def("_autotune_cache_write(str path, str[] buckets, str[] kernels) -> str", &autotune_cache_write);
 }
 
 TORCH_LIBRARY_IMPL(fp8ext, CPU, m) { m.impl("scaled_mm", &scaled_mm_cpu); }
