@@ -158,7 +158,9 @@ sm90::KernelChoice chosen_kernel(const sm90::ProblemKey& key, const cudaDevicePr
   if (const sm90::KernelChoice forced = sm90::forced_kernel()) {
     TORCH_CHECK(sm90::kernel_matches(*forced.kernel, key), "fp8ext.scaled_mm: the forced kernel '",
                 forced.kernel->name, "' does not compute this call (", sm90::describe(key),
-                "); clear it with fp8ext.force_kernel(None) or force a matching one");
+                "); make this call after the `with fp8ext.force_kernel(...):` block that forced it has ended "
+                "(force_kernel is a context manager: calling it outside a `with` does nothing), "
+                "or force a kernel that computes it");
     return forced;
   }
   if (sm90::autotune_enabled()) {
@@ -253,7 +255,11 @@ std::vector<std::string> kernel_names() {
   return names;
 }
 
+// The forced kernel's written form ("" when none), so that fp8ext.force_kernel can restore an outer block's.
+std::string current_forced_kernel() { return sm90::choice_name(sm90::forced_kernel()); }
+
 // `name` is a kernel's name, optionally with scheduler options ("...@N4", dispatch.h); "" clears it.
+// Process-wide: every thread's calls see it (python/fp8ext/ops.py, force_kernel).
 void force_kernel(const std::string& name) {
   if (name.empty()) {
     sm90::set_forced_kernel({});
@@ -302,6 +308,7 @@ TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) { m.impl("scaled_mm", &scaled_mm_cuda); }
 TORCH_LIBRARY_FRAGMENT(fp8ext, m) {
   m.def("_kernel_names() -> str[]", &kernel_names);
   m.def("_force_kernel(str name) -> ()", &force_kernel);
+  m.def("_forced_kernel() -> str", &current_forced_kernel);
   m.def(
       "_selected_kernel(int M, int N, int K, ScalarType out_dtype, bool use_fast_accum, "
       "ScalarType a_dtype, bool capturing=False) -> str",

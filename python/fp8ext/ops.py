@@ -96,16 +96,23 @@ def selected_kernel(M: int, N: int, K: int, out_dtype: torch.dtype = torch.bfloa
 
 @contextlib.contextmanager
 def force_kernel(name: Optional[str]) -> Iterator[None]:
-    """Run every row-wise sm_90 call in the block with the named kernel (process-wide; for tests, tuning and
-    debugging). The kernel must compute the call's out dtype and accumulation mode, or the call raises.
+    """Run every row-wise sm_90 call in the block with the named kernel (for tests, tuning and debugging). The
+    kernel must compute the call's out dtype and accumulation mode, or the call raises.
+
+    It is a context manager: ``with fp8ext.force_kernel(name):``; calling it without ``with`` does nothing.
+    Blocks nest: an inner block (``None`` clears the forcing inside it) gives the outer block's kernel back when it
+    ends, and the last block to end restores no forcing. The setting is process-wide, not thread-local: while a
+    block is open in one thread, every thread's calls (and ``selected_kernel``) use its kernel, and blocks that
+    open and close in different threads at the same time restore each other's kernels in the order they end.
 
     ``name`` may end in ``@`` + raster + band, the persistent tile scheduler's walk over the output tiles in the
     kernel's own frame (a swapped kernel's M is the call's N): raster ``M``, ``N`` or ``H`` (CUTLASS's
     heuristic), band width 1, 2, 4 or 8 tiles. ``name`` alone means ``@H8``."""
     if not _has_cuda_kernels():
         raise RuntimeError("fp8ext.force_kernel: this build has no CUDA kernels")
+    outer = torch.ops.fp8ext._forced_kernel()
     torch.ops.fp8ext._force_kernel(name or "")
     try:
         yield
     finally:
-        torch.ops.fp8ext._force_kernel("")
+        torch.ops.fp8ext._force_kernel(outer)
