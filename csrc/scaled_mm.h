@@ -54,7 +54,11 @@ ScaledMmProblem check_scaled_mm_meta(const TensorMeta& a, const TensorMeta& b, c
 
 // out = (a @ b) * scale_a * scale_b (+ bias) computed in float32 with ATen ops on whatever device the inputs
 // are on. The CPU backend, the CUDA backend on GPUs without an sm_90a kernel for the case, and every backend's
-// empty M, N or K (answered without a GEMM).
+// empty M, N or K (answered without a GEMM). It works on tiles of rows of a and columns of b whose float32
+// temporaries (a's rows, b's columns, the tile's result and its scale product) take at most kReferenceChunkBytes
+// together, plus at most a quarter of that for fp8 copies of padded views, as long as K <= 8M (beyond, one row
+// and one column at a time: 8 bytes per K); only the output is full size.
+constexpr int64_t kReferenceChunkBytes = int64_t{64} << 20;
 at::Tensor scaled_mm_reference(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
                                const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
                                const ScaledMmProblem& problem);
