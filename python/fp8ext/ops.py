@@ -38,7 +38,11 @@ def scaled_mm(
         A new contiguous ``[M, N]`` tensor of ``out_dtype`` on ``a``'s device.
 
     K and N must be multiples of 16. Bad arguments raise ``RuntimeError`` naming the argument before anything
-    runs (docs/errors.md lists every message).
+    runs (docs/errors.md lists every message); traced calls (torch.compile, torch.export) raise the same ones.
+
+    On CPU tensors, and on GPUs other than compute capability 9.0 (with a one-time warning there), a float32
+    reference path computes the call in tiles: at most 64 MiB of float32 temporaries beyond the output while
+    K <= 8M (plus up to 16 MiB of fp8 copies of padded views).
     """
     return torch.ops.fp8ext.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
 
