@@ -1,7 +1,9 @@
 // Validation of fp8ext::scaled_mm's arguments: the single place where the contract is enforced.
 //
 // Every message starts with "fp8ext.scaled_mm: <argument>: " and says what was expected and what was given.
-// docs/errors.md lists them all; tests/test_validation.py checks each one.
+// docs/errors.md lists them all; tests/test_validation.py checks each one. The checks read only metadata
+// (TensorMeta), so that the fake implementation (python/fp8ext/ops.py, through the _check_scaled_mm_meta op)
+// raises the same messages from this same code when torch.compile or torch.export trace a call.
 #include <cstdint>
 #include <limits>
 #include <sstream>
@@ -31,6 +33,10 @@ std::string dtype_name(at::ScalarType t) {
     case at::kInt: return "torch.int32";
     case at::kLong: return "torch.int64";
     case at::kBool: return "torch.bool";
+    // c10 calls these ComplexHalf, ComplexFloat and ComplexDouble; Python users know torch's names.
+    case at::kComplexHalf: return "torch.complex32";
+    case at::kComplexFloat: return "torch.complex64";
+    case at::kComplexDouble: return "torch.complex128";
     default: {
       std::string s = c10::toString(t);
       for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -51,12 +57,12 @@ bool is_fp8(at::ScalarType t) { return t == at::kFloat8_e4m3fn || t == at::kFloa
 
 #define FP8EXT_CHECK_ARG(cond, arg, ...) TORCH_CHECK(cond, "fp8ext.scaled_mm: ", arg, ": ", __VA_ARGS__)
 
-void check_same_device(const at::Tensor& t, const char* arg, const at::Tensor& a) {
+void check_same_device(const TensorMeta& t, const char* arg, const TensorMeta& a) {
   FP8EXT_CHECK_ARG(t.device() == a.device(), arg, "expected a tensor on ", a.device(),
                    " (the device of a), got one on ", t.device());
 }
 
-void check_operand(const at::Tensor& t, const char* arg, const char* dims) {
+void check_operand(const TensorMeta& t, const char* arg, const char* dims) {
   FP8EXT_CHECK_ARG(t.dim() == 2, arg, "expected a 2-D tensor ", dims, ", got a ", t.dim(),
                    "-D tensor of shape ", shape_str(t.sizes()));
   FP8EXT_CHECK_ARG(is_fp8(t.scalar_type()), arg, "expected dtype torch.float8_e4m3fn or torch.float8_e5m2, got ",
@@ -65,17 +71,17 @@ void check_operand(const at::Tensor& t, const char* arg, const char* dims) {
 
 // TMA reads operands in 16-byte units: the base address and the leading dimension must both be multiples of 16
 // bytes (fp8: 16 elements).
-void check_alignment(const at::Tensor& t, const char* arg, int64_t ld) {
+void check_alignment(const TensorMeta& t, const char* arg, int64_t ld) {
   FP8EXT_CHECK_ARG(ld % 16 == 0, arg, "the leading dimension (", ld,
                    " elements) must be a multiple of 16 elements (16 bytes) for TMA; pad the buffer it views");
-  const auto addr = reinterpret_cast<std::uintptr_t>(t.data_ptr());
+  const std::uintptr_t addr = t.address;
   FP8EXT_CHECK_ARG(addr % 16 == 0, arg, "the data pointer must be 16-byte aligned, got an address ",
                    addr % 16, " bytes past a 16-byte boundary (storage_offset ", t.storage_offset(), ")");
 }
 
 // Returns true for row-wise (one value per row of the output), false for tensor-wise (a single value).
-bool check_scale(const at::Tensor& s, const char* arg, int64_t len, const char* len_name, bool is_a,
-                 const at::Tensor& a) {
+bool check_scale(const TensorMeta& s, const char* arg, int64_t len, const char* len_name, bool is_a,
+                 const TensorMeta& a) {
   check_same_device(s, arg, a);
   FP8EXT_CHECK_ARG(s.scalar_type() == at::kFloat, arg, "expected dtype torch.float32, got ",
                    dtype_name(s.scalar_type()));
@@ -96,8 +102,23 @@ bool check_scale(const at::Tensor& s, const char* arg, int64_t len, const char* 
 
 }  // namespace
 
+TensorMeta TensorMeta::of(const at::Tensor& t) {
+  // const_data_ptr: reading the address must not materialise a copy-on-write tensor.
+  return {t.sizes(), t.strides(), t.scalar_type(), t.device(), t.storage_offset(),
+          reinterpret_cast<std::uintptr_t>(t.const_data_ptr())};
+}
+
 ScaledMmProblem check_scaled_mm_args(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
                                      const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
+                                     std::optional<at::ScalarType> out_dtype) {
+  const std::optional<TensorMeta> bias_meta =
+      bias.has_value() ? std::optional<TensorMeta>(TensorMeta::of(*bias)) : std::nullopt;
+  return check_scaled_mm_meta(TensorMeta::of(a), TensorMeta::of(b), TensorMeta::of(scale_a),
+                              TensorMeta::of(scale_b), bias_meta, out_dtype);
+}
+
+ScaledMmProblem check_scaled_mm_meta(const TensorMeta& a, const TensorMeta& b, const TensorMeta& scale_a,
+                                     const TensorMeta& scale_b, const std::optional<TensorMeta>& bias,
                                      std::optional<at::ScalarType> out_dtype) {
   ScaledMmProblem p;
   p.out_dtype = out_dtype.value_or(at::kBFloat16);
@@ -142,7 +163,7 @@ ScaledMmProblem check_scaled_mm_args(const at::Tensor& a, const at::Tensor& b, c
   p.scale_b_per_col = check_scale(scale_b, "scale_b", p.N, "N", /*is_a=*/false, a);
 
   if (bias.has_value()) {
-    const at::Tensor& t = *bias;
+    const TensorMeta& t = *bias;
     check_same_device(t, "bias", a);
     FP8EXT_CHECK_ARG(t.dim() == 1 && t.size(0) == p.N, "bias", "expected a 1-D tensor of N = ", p.N,
                      " values, got shape ", shape_str(t.sizes()));
@@ -151,7 +172,7 @@ ScaledMmProblem check_scaled_mm_args(const at::Tensor& a, const at::Tensor& b, c
                      dtype_name(p.out_dtype), ")");
     FP8EXT_CHECK_ARG(t.numel() <= 1 || t.stride(0) == 1, "bias", "expected a contiguous tensor, got stride ",
                      t.stride(0));
-    const auto addr = reinterpret_cast<std::uintptr_t>(t.data_ptr());
+    const std::uintptr_t addr = t.address;
     FP8EXT_CHECK_ARG(t.numel() == 0 || addr % 16 == 0, "bias", "the data pointer must be 16-byte aligned, got an address ",
                      addr % 16, " bytes past a 16-byte boundary (storage_offset ", t.storage_offset(), ")");
   }

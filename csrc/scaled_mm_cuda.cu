@@ -191,7 +191,9 @@ sm90::Selection chosen_kernel(const sm90::ProblemKey& key, const cudaDeviceProp&
   if (const sm90::KernelChoice forced = sm90::forced_kernel()) {
     TORCH_CHECK(sm90::kernel_matches(*forced.kernel, key), "fp8ext.scaled_mm: the forced kernel '",
                 forced.kernel->name, "' does not compute this call (", sm90::describe(key),
-                "); clear it with fp8ext.force_kernel(None) or force a matching one");
+                "); make this call after the `with fp8ext.force_kernel(...):` block that forced it has ended "
+                "(force_kernel is a context manager: calling it outside a `with` does nothing), "
+                "or force a kernel that computes it");
     return {forced};
   }
   if (sm90::autotune_enabled()) {
@@ -253,6 +255,65 @@ at::Tensor run_sm90(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
   return out;
 }
 
+// ---- A planted fault, for tests only (tests/test_robustness_gpu.py) ----
+// The routing below must tell a shape cuBLASLt declines from an out-of-memory or CUDA error, and must warn on a GPU
+// other than sm_90, but neither can be provoked at will on the H200 that runs the tests. The internal op
+// _testing_fault(str) plants one: "tensorwise=not_supported", "tensorwise=oom" or "tensorwise=cuda" make the
+// tensor-wise route throw what torch would, and "cc=<major><minor>" routes as if the GPU had that compute
+// capability. "" removes it. Not API: nothing else may call it.
+struct PlantedFault {
+  std::mutex mu;
+  std::string tensorwise;  // "", "not_supported", "oom" or "cuda"
+  int cc = 0;              // 0: the device's own compute capability
+};
+
+PlantedFault& planted_fault() {
+  static PlantedFault f;
+  return f;
+}
+
+void testing_fault(const std::string& fault) {
+  PlantedFault& f = planted_fault();
+  const std::lock_guard lock(f.mu);
+  f.tensorwise.clear();
+  f.cc = 0;
+  if (fault.rfind("tensorwise=", 0) == 0) {
+    f.tensorwise = fault.substr(11);
+    TORCH_CHECK(f.tensorwise == "not_supported" || f.tensorwise == "oom" || f.tensorwise == "cuda",
+                "fp8ext._testing_fault: unknown tensor-wise fault '", f.tensorwise, "'");
+  } else if (fault.rfind("cc=", 0) == 0) {
+    f.cc = std::stoi(fault.substr(3));
+  } else {
+    TORCH_CHECK(fault.empty(), "fp8ext._testing_fault: unknown fault '", fault, "'");
+  }
+}
+
+// Throws, as torch._scaled_mm would, the planted tensor-wise fault if there is one.
+void throw_planted_tensorwise_fault() {
+  PlantedFault& f = planted_fault();
+  const std::lock_guard lock(f.mu);
+  if (f.tensorwise == "not_supported") {
+    TORCH_CHECK(false, "CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul (planted by "
+                       "fp8ext._testing_fault)");
+  }
+  if (f.tensorwise == "oom") {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (planted by fp8ext._testing_fault)");
+  }
+  if (f.tensorwise == "cuda") C10_CUDA_CHECK(cudaErrorLaunchFailure);  // the error a faulting kernel leaves
+}
+
+int routing_cc(const cudaDeviceProp& props) {
+  PlantedFault& f = planted_fault();
+  const std::lock_guard lock(f.mu);
+  return f.cc != 0 ? f.cc : props.major * 10 + props.minor;
+}
+
+// torch._scaled_mm reports a shape that cuBLASLt has no algorithm for as a c10::Error naming the status (seen on
+// the H200: M = 1, K = 16). Only that outcome is fp8ext's to handle; everything else is the caller's.
+bool cublaslt_declined(const c10::Error& e) {
+  return std::string(e.what_without_backtrace()).find("CUBLAS_STATUS_NOT_SUPPORTED") != std::string::npos;
+}
+
 at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
                           const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
                           std::optional<at::ScalarType> out_dtype, bool use_fast_accum) {
@@ -265,20 +326,31 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
   }
 
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(a.get_device());
-  const int cc = props->major * 10 + props->minor;
+  const int cc = routing_cc(*props);
   if (problem.tensorwise() && cc >= 89) {
     try {
+      throw_planted_tensorwise_fault();
       return tensorwise_via_torch(a, b, scale_a, scale_b, bias, problem, use_fast_accum);
+    } catch (const c10::OutOfMemoryError&) {
+      throw;  // never retried on other kernels: they would need memory too, and the caller must see it
     } catch (const c10::Error& e) {
-      // cuBLASLt declines some shapes that the contract admits (seen on the H200: M = 1, K = 16 gave
-      // CUBLAS_STATUS_NOT_SUPPORTED). fp8ext's own kernels take tensor-wise scales too; use them (or the
-      // reference path) rather than fail a valid call.
+      // cuBLASLt declines some shapes that the contract admits. fp8ext's own kernels take tensor-wise scales
+      // too; use them (or the reference path) rather than fail a valid call. Any other error (a CUDA error, a
+      // bug) propagates unchanged: recomputing would hide it and change the numerics.
+      if (!cublaslt_declined(e)) throw;
       const std::string what = e.what_without_backtrace();
       TORCH_WARN_ONCE("fp8ext.scaled_mm: torch._scaled_mm declined a tensor-wise call (",
                       what.substr(0, what.find('\n')), "); computing it with fp8ext's own kernels instead");
     }
   }
-  if (cc != 90) return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
+  if (cc != 90) {
+    // Once per process, so that a slow program on such a GPU says why.
+    TORCH_WARN_ONCE("fp8ext.scaled_mm: this GPU (", props->name, ", compute capability ", cc / 10, ".", cc % 10,
+                    ") has no fp8ext kernels, which need compute capability 9.0 (sm_90a); row-wise calls, and "
+                    "tensor-wise calls that torch._scaled_mm cannot take, run on the float32 reference path: "
+                    "correct, much slower");
+    return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
+  }
 
   const sm90::ProblemKey key = problem_key(problem.M, problem.N, problem.K, problem.out_dtype, use_fast_accum,
                                            a.scalar_type(), b.scalar_type());
@@ -293,7 +365,11 @@ std::vector<std::string> kernel_names() {
   return names;
 }
 
+// The forced kernel's written form ("" when none), so that fp8ext.force_kernel can restore an outer block's.
+std::string current_forced_kernel() { return sm90::choice_name(sm90::forced_kernel()); }
+
 // `name` is a kernel's name, optionally with scheduler options ("...@N4", dispatch.h); "" clears it.
+// Process-wide: every thread's calls see it (python/fp8ext/ops.py, force_kernel).
 void force_kernel(const std::string& name) {
   if (name.empty()) {
     sm90::set_forced_kernel({});
@@ -431,6 +507,8 @@ TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) { m.impl("scaled_mm", &scaled_mm_cuda); }
 TORCH_LIBRARY_FRAGMENT(fp8ext, m) {
   m.def("_kernel_names() -> str[]", &kernel_names);
   m.def("_force_kernel(str name) -> ()", &force_kernel);
+  m.def("_forced_kernel() -> str", &current_forced_kernel);
+  m.def("_testing_fault(str fault) -> ()", &testing_fault);
   m.def(
       "_selected_kernel(int M, int N, int K, ScalarType out_dtype, bool use_fast_accum, "
       "ScalarType a_dtype, bool capturing=False, bool torch_ok=True) -> str",

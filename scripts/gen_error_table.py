@@ -3,7 +3,8 @@
 
     python scripts/gen_error_table.py
 
-tests/test_validation.py checks that each case raises exactly the listed message and that this page lists it.
+tests/test_validation.py checks that each case raises exactly the listed message (eager, and traced by the fake
+implementation, torch.compile and torch.export) and that this page is exactly what this script writes.
 """
 import sys
 from pathlib import Path
@@ -18,19 +19,27 @@ Every argument is checked before anything is allocated or launched. A rejected c
 whose first line names the argument, what was expected and what was given. The examples below use
 M = {M}, N = {N}, K = {K}; each row is a test in `tests/test_validation.py` (generated from
 `tests/validation_cases.py` by `scripts/gen_error_table.py`). Rows marked GPU need tensors on a CUDA device.
+Traced calls (`torch.compile`, `torch.export`, `FakeTensorMode`) raise the same messages while tracing: the fake
+implementation runs the same C++ checks on the tensors' metadata.
 
 | # | rejected input | message |
 |---|---|---|
 """
 
 
-def main() -> int:
+def render() -> str:
+    """The text of docs/errors.md."""
     rows = []
     for i, case in enumerate(CASES, 1):
         where = " (GPU)" if case.gpu_only else ""
         rows.append(f"| {i} | {case.what}{where} | `{case.message}` |")
-    (ROOT / "docs" / "errors.md").write_text(HEADER + "\n".join(rows) + "\n")
-    print(f"docs/errors.md: {len(rows)} rows")
+    return HEADER + "\n".join(rows) + "\n"
+
+
+def main() -> int:
+    text = render()
+    (ROOT / "docs" / "errors.md").write_text(text)
+    print(f"docs/errors.md: {text.count(chr(10) + '| ') - 1} rows")
     return 0
 
 

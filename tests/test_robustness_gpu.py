@@ -1,5 +1,7 @@
 """Production robustness on the GPU (issue 3): threads and streams, torch.compile modes, CUDA graphs over every
 dispatch path, and numerics at the edges (NaN rows, inf/0 scales against torch._scaled_mm)."""
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -248,3 +250,58 @@ def test_one_kernel_is_batch_invariant(name):
         whole = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=out_dtype, use_fast_accum=fast)
         part = fp8ext.scaled_mm(a[:small], b, sa[:small], sb, out_dtype=out_dtype, use_fast_accum=fast)
     assert torch.equal(part, whole[:small])
+
+
+# ---- Errors around the routing (issue 18), with faults planted through the internal _testing_fault op ----
+
+@pytest.fixture
+def plant():
+    yield torch.ops.fp8ext._testing_fault
+    torch.ops.fp8ext._testing_fault("")
+
+
+def tensorwise_operands(M=64, N=256, K=256):
+    a, b, _, _ = inputs(M, N, K)
+    return a, b, torch.tensor(0.5, device=DEV), torch.tensor(2.0, device=DEV)
+
+
+def test_tensorwise_out_of_memory_propagates(plant):
+    # Before, every c10::Error was caught and the call recomputed on fp8ext's kernels.
+    plant("tensorwise=oom")
+    with pytest.raises(torch.OutOfMemoryError, match="planted by fp8ext._testing_fault"):
+        fp8ext.scaled_mm(*tensorwise_operands())
+
+
+def test_tensorwise_cuda_error_propagates(plant):
+    plant("tensorwise=cuda")
+    with pytest.raises(RuntimeError, match="unspecified launch failure"):
+        fp8ext.scaled_mm(*tensorwise_operands())
+    torch.cuda.synchronize()  # the planted error is not sticky: the context still works
+
+
+def test_tensorwise_shape_cublaslt_declines_runs_on_fp8ext(plant):
+    plant("tensorwise=not_supported")
+    a, b, sa, sb = tensorwise_operands()
+    out = fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=True)
+    check_against_reference(out, a, b, sa, sb, use_fast_accum=True, what="declined tensor-wise call")
+
+
+def test_a_gpu_other_than_sm90_warns_once_and_runs_the_reference_path():
+    # A fresh process: the warning is once per process.
+    code = """
+import warnings, torch, fp8ext
+from fp8ext.testing import random_operands, check_against_reference
+torch.ops.fp8ext._testing_fault("cc=86")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for M in (64, 300):
+        a, b, sa, sb = random_operands(M, 256, 256, device="cuda")
+        out = fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=True)
+        check_against_reference(out, a, b, sa, sb, use_fast_accum=False, what="reference path")
+print("warnings", [str(w.message) for w in caught if "compute capability 8.6" in str(w.message)])
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (line,) = [x for x in r.stdout.splitlines() if x.startswith("warnings ")]
+    assert line.count("has no fp8ext kernels, which need compute capability 9.0") == 1, line
+    assert "float32 reference path" in line

@@ -127,7 +127,9 @@ def kernel_sources() -> list[Path]:
 
 
 def sources(with_cuda: bool) -> list[Path]:
-    srcs = [CSRC / "bindings.cpp", CSRC / "scaled_mm_checks.cpp", CSRC / "scaled_mm_cpu.cpp"]
+    # The autotune cache file's I/O is plain C++ and in every build: the CPU-only one reads and tests it too.
+    srcs = [CSRC / "bindings.cpp", CSRC / "scaled_mm_checks.cpp", CSRC / "scaled_mm_cpu.cpp",
+            CSRC / "sm90" / "autotune_cache.cpp"]
     if with_cuda:
         srcs += [CSRC / "scaled_mm_cuda.cu", CSRC / "sm90" / "kernel_registry.cpp", CSRC / "sm90" / "dispatch.cpp",
                  CSRC / "sm90" / "cost_model.cpp", CSRC / "sm90" / "autotune.cpp"]

@@ -1,14 +1,12 @@
 #include "sm90/autotune.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
 #include <sstream>
 
-#include <unistd.h>
+#include "sm90/autotune_cache.h"
 
 namespace fp8ext::sm90 {
 namespace {
@@ -29,44 +27,6 @@ State& state() {
 std::mutex& tuning_mutex() {
   static std::mutex m;
   return m;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
-
-// Written to a temporary file and renamed over the old one, so a reader never sees half a file. Called with
-// the state lock held (shared is enough: the map cannot change meanwhile).
-std::string write_cache(const std::string& path, const std::map<std::string, std::string>& choices) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    if (!f) return "cannot open " + tmp + " for writing";
-    f << "{\n  \"format\": \"fp8ext-autotune-1\",\n  \"entries\": {";
-    bool first = true;
-    for (const auto& [bucket, kernel] : choices) {
-      f << (first ? "\n    " : ",\n    ") << json_string(bucket) << ": " << json_string(kernel);
-      first = false;
-    }
-    f << (first ? "}\n}\n" : "\n  }\n}\n");
-    if (!f.flush()) return "cannot write " + tmp;
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return "cannot rename " + tmp + " to " + path;
-  }
-  return "";
 }
 
 }  // namespace

@@ -5,17 +5,21 @@
 A bucket is (GPU, M rounded up to a power of two, N, K, out dtype, accumulation, input dtypes). The first
 row-wise call of a bucket on an sm_90 GPU times each kernel that computes it on that call's own operands (a few
 milliseconds, once) and remembers the fastest; later calls of the bucket run it directly. The choices live in
-the process and, with a cache file, in a JSON file that is rewritten after each new choice and loaded by the
-next process. Tuning never happens during CUDA-graph capture (a capture uses a remembered choice, or the
+the process and, with a cache file, in a JSON file that is loaded by the next process and, after each new
+choice, merged with what is in it now (under a lock on ``<file>.lock``, so processes sharing the file keep each
+other's buckets) and replaced atomically (fsynced temporary file, then rename). A file that cannot be read as a
+cache (truncated, empty, NUL bytes, binary, a directory, another format) is ignored with one warning that names
+it and says why; the next new choice replaces it. Tuning never happens during CUDA-graph capture (a capture uses a remembered choice, or the
 built-in heuristic), is serialised across threads, and a kernel forced with `fp8ext.force_kernel` wins over it.
 
 The tuning itself lives in C++ (csrc/sm90/autotune.cpp, timed in csrc/scaled_mm_cuda.cu) so that it also
-serves `torch.ops.fp8ext.scaled_mm` under torch.compile; this module only configures it and reads the file.
+serves `torch.ops.fp8ext.scaled_mm` under torch.compile; this module only configures it. The file's reader
+and writer are one C++ implementation (csrc/sm90/autotune_cache.cpp), in every build.
 """
 from __future__ import annotations
 
-import json
 import os
+import warnings
 from typing import Optional, Union
 
 import torch
@@ -28,20 +32,23 @@ ENV_CACHE = "FP8EXT_AUTOTUNE_CACHE"
 
 
 def read_cache(path: Union[str, os.PathLike]) -> dict[str, str]:
-    """The {bucket: kernel name} entries of an autotune cache file; ValueError if it is not one."""
+    """The {bucket: kernel name} entries of an autotune cache file ({} if there is none); ValueError saying why
+    if the file is not a readable cache."""
     path = os.fspath(path)
+    error, flat = torch.ops.fp8ext._autotune_cache_read(path)
+    if error:
+        raise ValueError(f"fp8ext.autotune: the cache file {path} cannot be used: {error}")
+    return dict(zip(flat[0::2], flat[1::2]))
+
+
+def _load_cache(path: str) -> dict[str, str]:
+    # A damaged cache must not stop the program (this runs at import with FP8EXT_AUTOTUNE=1): warn once, tune
+    # afresh, and let the next new choice replace the file.
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"fp8ext.autotune: {path} is not valid JSON ({e}); delete it or pass another "
-                         f"cache_file") from None
-    entries = data.get("entries") if isinstance(data, dict) else None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(entries, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in entries.items()):
-        raise ValueError(f"fp8ext.autotune: {path} is not an fp8ext autotune cache (expected a JSON object with "
-                         f"\"format\": \"{FORMAT}\" and \"entries\" mapping strings to kernel names)")
-    return dict(entries)
+        return read_cache(path)
+    except ValueError as e:
+        warnings.warn(f"{e}; ignoring it (the next tuned bucket replaces it)", RuntimeWarning, stacklevel=3)
+        return {}
 
 
 def autotune(enabled: bool = True, cache_file: Optional[Union[str, os.PathLike]] = None) -> None:
@@ -50,17 +57,19 @@ def autotune(enabled: bool = True, cache_file: Optional[Union[str, os.PathLike]]
     Args:
         enabled: tune (and use tuned choices) from now on; False goes back to the built-in heuristic, keeping
             the choices made so far for a later ``autotune(True)``.
-        cache_file: JSON file of choices, loaded now if it exists and rewritten after each new choice. None
-            means ``$FP8EXT_AUTOTUNE_CACHE`` if set, else choices stay in memory only.
+        cache_file: JSON file of choices, loaded now if it exists and, after each new choice, merged with its
+            current contents and replaced atomically. None means ``$FP8EXT_AUTOTUNE_CACHE`` if set, else choices
+            stay in memory only. A file that is not a readable cache gives one ``RuntimeWarning`` naming it and
+            why, and is ignored.
 
-    Raises RuntimeError on a build without CUDA kernels, ValueError if the cache file is not an fp8ext cache.
+    Raises RuntimeError on a build without CUDA kernels.
     """
     if not _has_cuda_kernels():
         raise RuntimeError("fp8ext.autotune: this build has no CUDA kernels to tune")
     if cache_file is None:
         cache_file = os.environ.get(ENV_CACHE) or None
     path = os.path.abspath(os.path.expanduser(os.fspath(cache_file))) if cache_file is not None else ""
-    entries = read_cache(path) if path and os.path.exists(path) else {}
+    entries = _load_cache(path) if path else {}
     torch.ops.fp8ext._autotune_configure(bool(enabled), path, list(entries), list(entries.values()))
 
 

@@ -13,10 +13,6 @@ import torch
 
 from . import _C  # noqa: F401  (loading the library registers torch.ops.fp8ext)
 
-_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
-_OUT = (torch.bfloat16, torch.float16, torch.float32)
-
-
 def scaled_mm(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -42,29 +38,41 @@ def scaled_mm(
         A new contiguous ``[M, N]`` tensor of ``out_dtype`` on ``a``'s device.
 
     K and N must be multiples of 16. Bad arguments raise ``RuntimeError`` naming the argument before anything
-    runs (docs/errors.md lists every message).
+    runs (docs/errors.md lists every message); traced calls (torch.compile, torch.export) raise the same ones.
+
+    On CPU tensors, and on GPUs other than compute capability 9.0 (with a one-time warning there), a float32
+    reference path computes the call in tiles: at most 64 MiB of float32 temporaries beyond the output while
+    K <= 8M (plus up to 16 MiB of fp8 copies of padded views).
     """
     return torch.ops.fp8ext.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
 
 
+def _size_hint(s) -> int:
+    # A traced size may be symbolic (dynamic shapes): the checks read its example value without a guard, which
+    # would specialise the dimension; the real op checks every call's own sizes when the graph runs. A size with
+    # no example value (data-dependent) is given 16, which passes the multiple-of-16 and alignment checks.
+    if isinstance(s, int):
+        return s
+    hint = s.node.hint
+    return 16 if hint is None else int(hint)
+
+
+def _operand_meta(t: torch.Tensor) -> tuple[list[int], torch.dtype, torch.device]:
+    """What the C++ checks read of a tensor, in _check_scaled_mm_meta's form: ([dim, sizes..., strides...,
+    storage_offset], dtype, device)."""
+    return ([t.dim(), *map(_size_hint, t.shape), *map(_size_hint, t.stride()), _size_hint(t.storage_offset())],
+            t.dtype, t.device)
+
+
 @torch.library.register_fake("fp8ext::scaled_mm")
 def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=None, use_fast_accum=False):
-    # The structural checks that decide the output's metadata, with the C++ messages (scaled_mm_checks.cpp).
-    # Strides, alignment and scale layout are checked by the real kernel when the compiled graph runs.
+    # Every check that metadata decides, by the C++ validation itself (csrc/scaled_mm_checks.cpp), so that a
+    # traced call raises exactly the eager message. Only alignment differs in what it reads: the storage
+    # offset, as a traced tensor has no address.
+    bias_meta = _operand_meta(bias) if bias is not None else (None, None, None)
+    torch.ops.fp8ext._check_scaled_mm_meta(*_operand_meta(a), *_operand_meta(b), *_operand_meta(scale_a),
+                                           *_operand_meta(scale_b), *bias_meta, out_dtype)
     out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
-    prefix = "fp8ext.scaled_mm: "
-    torch._check(out_dtype in _OUT, lambda: f"{prefix}out_dtype: expected torch.bfloat16, torch.float16 or "
-                                            f"torch.float32, got {out_dtype}")
-    for name, t, dims in (("a", a, "[M, K]"), ("b", b, "[K, N]")):
-        torch._check(t.dim() == 2, lambda: f"{prefix}{name}: expected a 2-D tensor {dims}, got a {t.dim()}-D "
-                                           f"tensor of shape {list(t.shape)}")
-        torch._check(t.dtype in _FP8, lambda: f"{prefix}{name}: expected dtype torch.float8_e4m3fn or "
-                                              f"torch.float8_e5m2, got {t.dtype}")
-    torch._check(b.size(0) == a.size(1), lambda: f"{prefix}b: expected shape [K, N] with K = {a.size(1)} "
-                                                 f"(a is {list(a.shape)}), got {list(b.shape)}")
-    if bias is not None:
-        torch._check(bias.dtype == out_dtype, lambda: f"{prefix}bias: expected dtype {out_dtype} (the out_dtype), "
-                                                      f"got {bias.dtype}; pass bias.to({out_dtype})")
     return a.new_empty((a.size(0), b.size(1)), dtype=out_dtype)
 
 
@@ -139,16 +147,23 @@ def kernel_traits(name: str) -> dict:
 
 @contextlib.contextmanager
 def force_kernel(name: Optional[str]) -> Iterator[None]:
-    """Run every row-wise sm_90 call in the block with the named kernel (process-wide; for tests, tuning and
-    debugging). The kernel must compute the call's out dtype and accumulation mode, or the call raises.
+    """Run every row-wise sm_90 call in the block with the named kernel (for tests, tuning and debugging). The
+    kernel must compute the call's out dtype and accumulation mode, or the call raises.
+
+    It is a context manager: ``with fp8ext.force_kernel(name):``; calling it without ``with`` does nothing.
+    Blocks nest: an inner block (``None`` clears the forcing inside it) gives the outer block's kernel back when it
+    ends, and the last block to end restores no forcing. The setting is process-wide, not thread-local: while a
+    block is open in one thread, every thread's calls (and ``selected_kernel``) use its kernel, and blocks that
+    open and close in different threads at the same time restore each other's kernels in the order they end.
 
     ``name`` may end in ``@`` + raster + band, the persistent tile scheduler's walk over the output tiles in the
     kernel's own frame (a swapped kernel's M is the call's N): raster ``M``, ``N`` or ``H`` (CUTLASS's
     heuristic), band width 1, 2, 4 or 8 tiles. ``name`` alone means ``@H8``."""
     if not _has_cuda_kernels():
         raise RuntimeError("fp8ext.force_kernel: this build has no CUDA kernels")
+    outer = torch.ops.fp8ext._forced_kernel()
     torch.ops.fp8ext._force_kernel(name or "")
     try:
         yield
     finally:
-        torch.ops.fp8ext._force_kernel("")
+        torch.ops.fp8ext._force_kernel(outer)
