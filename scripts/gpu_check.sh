@@ -87,7 +87,7 @@ if [[ $STAGES == *,calibrate,* ]]; then
   tail -2 "$calib_log"
 fi
 if [[ $STAGES == *,refit,* ]]; then
-  $PY scripts/tune.py --fit "$OUT_DIR/calibration.json" --write --report | tee "$OUT_DIR/fit_report.json"
+  $PY scripts/tune.py --fit "$OUT_DIR/calibration.json" --write
   cp csrc/sm90/cost_model_coeffs.inc "$OUT_DIR/cost_model_coeffs.inc"
   build
 fi

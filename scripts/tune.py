@@ -55,8 +55,10 @@ def calibration_rows(include_llama: bool = True) -> list[dict]:
 
 
 class FlushTimer:
-    """Times one callable: L2 flushed (a buffer of twice its size zeroed) before each launch, CUDA events around
-    the launch alone, median of the samples."""
+    """Times one callable: L2 flushed (a buffer of twice its size zeroed) before each launch, then the GPU held
+    busy for about 30 us (torch.cuda._sleep) so that the launch is queued before the start event runs (the host
+    time of a call, 15-40 us, must not land inside a small kernel's timing), CUDA events around the launch alone,
+    median of the samples."""
 
     def __init__(self):
         import torch
@@ -70,6 +72,7 @@ class FlushTimer:
         events = []
         for _ in range(n):
             self.flush.zero_()
+            torch.cuda._sleep(50_000)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
@@ -85,7 +88,7 @@ def median(xs: list[float]) -> float:
     return xs[mid] if len(xs) % 2 else 0.5 * (xs[mid - 1] + xs[mid])
 
 
-def measure_row(timer: FlushTimer, row: dict, rounds: int = 3, reps: int = 3) -> dict:
+def measure_row(timer: FlushTimer, row: dict, rounds: int = 2, reps: int = 3) -> dict:
     """Every candidate of one row: a warm-up and a first sample each, then `rounds` interleaved turns of `reps`
     samples for those within SLOW_CUTOFF of the fastest first sample (torch's two peers always)."""
     import torch
@@ -144,7 +147,8 @@ def calibrate(out_path: Path, deadline: float | None, include_llama: bool) -> di
     result = {**run_record(), "kind": "cost-model calibration", "kernels": fp8ext.kernel_names(),
               "method": "per row: every kernel the cost model offers (fast accumulation call, bf16 out) with the "
                         "model's scheduler options, and torch._scaled_mm row-wise fast and precise; L2 flushed "
-                        "before each timing, CUDA events; warm-up + 1 sample each, then 3 interleaved turns of 3 "
+                        "before each timing and the GPU held busy 30 us, CUDA events; warm-up + 1 sample each, then 2 "
+                        "interleaved turns of 3 "
                         f"samples for those within {SLOW_CUTOFF}x of the fastest first sample; median",
               "complete": False, "rows": []}
     start = time.time()
@@ -170,30 +174,20 @@ def calibrate(out_path: Path, deadline: float | None, include_llama: bool) -> di
 # ---- fitting (anywhere) --------------------------------------------------------------------------------------
 
 def predict(c, terms) -> float:
-    """The formula of cost_model.h: c0 + max(c1 * f1 + c3 * f3, c2 * f2)."""
-    f1, f2, f3 = terms[:3]
-    return c[0] + max(c[1] * f1 + c[3] * f3, c[2] * f2)
+    """The formula of cost_model.h: c0 + c1 * f1 + c2 * f2 + c3 * f3."""
+    return c[0] + c[1] * terms[0] + c[2] * terms[1] + c[3] * terms[2]
 
 
 def _fit_one(points: list[tuple[list[float], float]]) -> list[float]:
-    """c0..c3 >= 0 minimising the squared log error of predicted against measured time."""
+    """c0..c3 >= 0 minimising the squared relative error of predicted against measured time (non-negative least
+    squares on the rows scaled by 1 / measured)."""
     import numpy as np
-    from scipy.optimize import least_squares
+    from scipy.optimize import nnls
 
-    f = np.array([p[0][:3] for p in points], dtype=float)
     t = np.array([p[1] for p in points], dtype=float)
-
-    def residual(c):
-        pred = c[0] + np.maximum(c[1] * f[:, 0] + c[3] * f[:, 2], c[2] * f[:, 1])
-        return np.log(pred) - np.log(t)
-
-    best = None
-    # The max() makes the problem piecewise: start from a compute-bound and a memory-bound guess.
-    for x0 in ([5.0, 0.5, 0.3, 1.0], [5.0, 0.05, 0.35, 0.1], [2.0, 1.0, 0.2, 2.0]):
-        r = least_squares(residual, x0, bounds=([0.5, 0, 0, 0], [50.0, np.inf, np.inf, np.inf]))
-        if best is None or r.cost < best.cost:
-            best = r
-    return [float(x) for x in best.x]
+    x = np.array([[1.0, *p[0][:3]] for p in points], dtype=float) / t[:, None]
+    c, _ = nnls(x, np.ones_like(t))
+    return [float(v) for v in c]
 
 
 def points_by_kernel(rows: list[dict]) -> dict[str, list]:

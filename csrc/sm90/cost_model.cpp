@@ -102,13 +102,22 @@ const Coefficients* calibration(const KernelEntry& kernel) {
   return i < resolved.size() ? resolved[i] : nullptr;
 }
 
-double predict(const Coefficients& c, const CostTerms& f) {
-  return c.c0 + std::max(c.c1 * f.f1 + c.c3 * f.f3, c.c2 * f.f2);
+double predict(const Coefficients& c, const CostTerms& f) { return c.c0 + c.c1 * f.f1 + c.c2 * f.f2 + c.c3 * f.f3; }
+
+// Bytes an operand costs from HBM: once when it fits in (half of) L2, which a later wave then finds there;
+// otherwise what each wave's CTAs touch of it, wave after wave (the band walk decides how many of its tiles a
+// wave spans), and never less than once.
+constexpr double kL2Bytes = 30e6;  // the H200's 60 MB L2 is two partitions that each keep their own copy
+double operand_traffic(double total, double rounds, double tiles_per_wave, double tile_bytes) {
+  return total <= kL2Bytes ? total : std::max(total, rounds * tiles_per_wave * tile_bytes);
 }
 
 double megabytes(const CostProblem& p) {
   return (double(p.N) * p.K + double(p.M) * p.K + double(p.M) * p.N * p.out_bytes) / 1e6;
 }
+
+// CUTLASS's raster order for the padded grid with the heuristic option: along M when there are more tiles along N.
+bool raster_along_m(int64_t padded_m, int64_t padded_n) { return padded_n > padded_m; }
 
 }  // namespace
 
@@ -144,14 +153,30 @@ CostTerms cost_terms(const KernelTraits& t, const CostProblem& p, const Schedule
   const Grid g = grid_of(t, p);
   const int cluster = t.cluster_m * t.cluster_n;
   const int64_t slots = std::max<int64_t>(1, sms / cluster);  // clusters resident at once, one CTA per SM
+  const int64_t cm = round_up(g.bm, g.cm), cn = round_up(g.bn, g.cn);
+  const int band = effective_band(cm, cn, sched.max_swizzle);
+  const int64_t pm = round_up(cm, int64_t(band) * g.cm), pn = round_up(cn, int64_t(band) * g.cn);
   f.tiles_needed = g.bm * g.bn;
-  f.tiles_computed = computed_for_band(g, sched.max_swizzle);
+  f.tiles_computed = pm * pn;
   f.kiters = ceil_div(p.K, t.tile_k);
   f.rounds = ceil_div(f.tiles_computed / cluster, slots);
   f.f3 = double(f.rounds);
   f.f1 = t.schedule == Schedule::kStreamK
              ? std::max(double(f.tiles_computed) * double(f.kiters) / double(slots * cluster), 1.0)
              : double(f.rounds * f.kiters);
+  // One wave of W CTAs walks bands of `band` tiles across the raster direction: it spans `band` tiles (or, once a
+  // band is used up, W / tiles-along-the-raster of them) across it, and W / band tiles along it.
+  const int64_t wave = std::min<int64_t>(slots * cluster, f.tiles_computed);
+  const bool along_m = raster_along_m(pm, pn);
+  const int64_t along = along_m ? pm : pn, across = along_m ? pn : pm;
+  const double across_tiles = double(std::min(across, std::max(std::min<int64_t>(band, wave), ceil_div(wave, along))));
+  const double along_tiles = double(std::min(along, ceil_div(wave, band)));
+  const double mma_m = double(t.swap_ab ? p.N : p.M), mma_n = double(t.swap_ab ? p.M : p.N);
+  const double a_tiles = along_m ? along_tiles : across_tiles, b_tiles = along_m ? across_tiles : along_tiles;
+  const double k = double(p.K);
+  f.f2 = (operand_traffic(mma_m * k, double(f.rounds), a_tiles, double(t.tile_m) * k) +
+          operand_traffic(mma_n * k, double(f.rounds), b_tiles, double(t.tile_n) * k) +
+          double(p.M) * double(p.N) * p.out_bytes) / 1e6;
   return f;
 }
 

@@ -6,10 +6,10 @@
 //     band x cluster along BOTH dimensions, and a padded tile runs the whole K loop (4096x2176x7168 on a 128x256
 //     tile: 227 us with band 8, 134 us with band 1);
 //   - the tiles it computes (padding included) against the tiles the problem needs (tile_ratio);
-//   - the rounds of clusters per wave on the device's SMs, and the bytes it must move;
+//   - the rounds of clusters per wave on the device's SMs, and the bytes it moves from HBM;
 // and predicts its time as
 //
-//     t = c0 + max(c1 * F1 + c3 * F3, c2 * F2)                                            [microseconds]
+//     t = c0 + c1 * F1 + c2 * F2 + c3 * F3                                                [microseconds]
 //
 //     F1  serial mainloop work of one SM, in the kernel's own K iterations:
 //           persistent kernels  rounds * ceil(K / tile_k)     rounds = ceil(clusters computed / clusters per wave)
@@ -17,7 +17,9 @@
 //                               fix-up of the split tiles)
 //           decode kernels      ceil(M / 8) * N * K / SMs / 2^20   (one mma.sync row group of 8 tokens)
 //     F3  waves of tiles (the per-tile prologue and epilogue), 0 for the decode kernels
-//     F2  bytes every call must move, in MB: the weight and the activations once, the output once
+//     F2  HBM traffic in MB: each operand once if it fits in L2 (half of it: two partitions), else what each wave
+//         of CTAs touches of it, wave after wave (the raster and band of the walk decide that), and the output
+//         once; the decode kernels read the weight and the activations once
 //
 // with c0..c3 fitted per kernel on measured times of the tuning shapes (scripts/tune.py --fit writes
 // cost_model_coeffs.inc; bench/tuning/ keeps the measurements). A kernel without coefficients borrows its twin's
