@@ -397,6 +397,8 @@ std::string selection_name(const sm90::Selection& s) {
 std::string selected_kernel(int64_t M, int64_t N, int64_t K, at::ScalarType out_dtype, bool use_fast_accum,
                             at::ScalarType a_dtype, bool capturing, bool torch_ok) {
   const sm90::ProblemKey key = problem_key(M, N, K, out_dtype, use_fast_accum, a_dtype, at::kFloat8_e4m3fn);
+  // As torch_can_run: torch's row-wise path takes bf16 output and e4m3 operands only.
+  torch_ok = torch_ok && out_dtype == at::kBFloat16 && a_dtype == at::kFloat8_e4m3fn;
   if (!at::cuda::is_available()) {  // a CUDA build on a machine without a GPU: what an H200 would run
     if (const sm90::KernelChoice c = sm90::forced_kernel()) return sm90::choice_name(c);
     return selection_name(sm90::select_kernel(key, 132, /*allow_workspace=*/!capturing, torch_ok));

@@ -277,7 +277,7 @@ def write_coefficients(coeffs: dict[str, list[float]], sources: list[Path]) -> N
     for name, c in sorted(coeffs.items()):
         lines.append(f'{{"{name}", {{{c[0]:.6g}, {c[1]:.6g}, {c[2]:.6g}, {c[3]:.6g}}}}},')
     COEFFS.write_text("\n".join(lines) + "\n")
-    print(f"wrote {COEFFS.relative_to(ROOT)}: {len(coeffs)} rows")
+    print(f"wrote {COEFFS}: {len(coeffs)} rows")
 
 
 def coefficient_sources(path: Path = COEFFS) -> list[str]:

@@ -178,11 +178,12 @@ def test_first_call_tunes_and_writes_the_file(tmp_path):
     new = set(fp8ext.autotune_entries()) - before
     assert len(new) == 1
     (bucket,) = new
-    assert "|m<=64|n=2736|k=1040|bf16|fast|" in bucket
-    kernel = fp8ext.autotune_entries()[bucket]
-    assert kernel in fp8ext.kernel_names()
+    # M rounded up to the family's tile boundary (16 up to 128), the exact N and K, and the device and software
+    assert "|m<=48|n=2736|k=1040|bf16|fast|" in bucket and "sm/cuda" in bucket and "/fp8ext" in bucket
+    kernel = fp8ext.autotune_entries()[bucket]  # the kernel with the scheduler options it was timed with
+    assert kernel.split("@")[0] in fp8ext.kernel_names()
     assert read_cache(path)[bucket] == kernel
-    # the same bucket (M=33..64) is not tuned again, and runs the remembered kernel
+    # the same bucket (M=33..48) is not tuned again, and runs the remembered kernel
     assert fp8ext.selected_kernel(33, N, K) == kernel
     a2, b2, sa2, sb2 = random_operands(40, N, K, device="cuda")
     out2 = fp8ext.scaled_mm(a2, b2, sa2, sb2, use_fast_accum=True)

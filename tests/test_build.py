@@ -42,16 +42,48 @@ def test_build_info_is_consistent():
         assert info["registered_kernels"] == []
 
 
-def test_dispatch_table_names_built_kernels_and_valid_options():
-    # dispatch.cpp skips a table row whose name does not parse, so a typo would silently fall back to the shape
-    # rules: every row must name a kernel of the generator's table (or the GEMV), with well-formed options.
+def test_cost_model_coefficients_name_kernels_of_the_family():
+    # cost_model.cpp looks coefficients up by name, so a row of a dropped or misspelt kernel would silently leave
+    # that kernel on its twin's or the default coefficients: every row must name a kernel of the manifest, or
+    # torch's row-wise path.
+    import json
     import re
-    names = {r.name for r in ROWS} | DECODE_KERNELS
-    text = (ROOT / "csrc" / "sm90" / "heuristic_table.inc").read_text()
-    rows = re.findall(r'^\{OutType::\w+, Accum::\w+, \d+, \d+, \d+, "([^"]+)", "([^"]+)"\},$', text, re.M)
+    manifest = {k["name"] for k in json.loads((ROOT / "python" / "fp8ext" / "kernel_manifest.json").read_text())["kernels"]}
+    text = (ROOT / "csrc" / "sm90" / "cost_model_coeffs.inc").read_text()
+    rows = re.findall(r'^\{"([^"]+)", \{([^}]+)\}\},$', text, re.M)
     assert len(rows) == sum(1 for line in text.splitlines() if line.startswith("{"))
     assert rows
-    for choice in (c for row in rows for c in row):
-        name, _, opts = choice.partition("@")
-        assert name in names, choice
-        assert opts == "" or (re.fullmatch(r"[HMN][1248]", opts) and not name.startswith("gemv_")), choice
+    for name, coeffs in rows:
+        assert name in manifest | {"torch_rowwise_fast", "torch_rowwise_precise"}, name
+        assert len(coeffs.split(",")) == 4 and all(float(c) >= 0 for c in coeffs.split(",")), (name, coeffs)
+
+
+def test_manifest_lists_the_table_and_the_decode_kernels():
+    import json
+    manifest = {k["name"]: k for k in json.loads((ROOT / "python" / "fp8ext" / "kernel_manifest.json").read_text())["kernels"]}
+    assert set(manifest) == {r.name for r in ROWS} | DECODE_KERNELS
+    for r in ROWS:
+        t = manifest[r.name]
+        assert (t["tile"], t["cluster"], t["swap_ab"], t["workspace"]) == (list(r.tile), list(r.cluster), r.swap_ab,
+                                                                           r.schedule == "sk")
+        if t["twin"] is not None:  # the bf16 e4m3 kernel of the same tile, cluster and schedule
+            twin = manifest[t["twin"]]
+            assert (twin["out"], twin["in_a"]) == ("bf16", "e4m3")
+            assert all(twin[k] == t[k] for k in ("schedule", "tile", "cluster", "accum", "swap_ab", "promotion"))
+
+
+def test_registered_traits_match_the_manifest():
+    # C++ takes each kernel's traits from its KernelConfig (the decode kernels from their registration); Python
+    # reads the manifest. Both come from generate_kernels.py and must agree.
+    import torch
+    if not fp8ext.kernel_names():
+        return
+    for line in torch.ops.fp8ext._kernel_traits():
+        name, sched, tm, tn, tk, cm, cn, accum, out, in_a, swap, promo, overlap, max_m, workspace = line.split()
+        t = fp8ext.kernel_traits(name)
+        assert (t["schedule"], t["tile"], t["cluster"]) == (sched, [int(tm), int(tn), int(tk)] if sched != "gemv"
+                                                            else [0, 0, 0], [int(cm), int(cn)] if sched != "gemv"
+                                                            else [1, 1]), line
+        assert (t["accum"], t["out"], t["in_a"], t["swap_ab"], t["promotion"], t["overlap"], t["max_m"],
+                t["workspace"]) == (accum, out, in_a, swap == "1", int(promo), overlap == "1", int(max_m),
+                                    workspace == "1"), line

@@ -303,5 +303,8 @@ print("warnings", [str(w.message) for w in caught if "compute capability 8.6" in
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     (line,) = [x for x in r.stdout.splitlines() if x.startswith("warnings ")]
-    assert line.count("has no fp8ext kernels, which need compute capability 9.0") == 1, line
-    assert "float32 reference path" in line
+    # A C++ warning reaches Python's warnings module where torch installs its handler, else torch prints it to
+    # stderr; either way it is said once.
+    said = line + r.stderr
+    assert said.count("has no fp8ext kernels, which need compute capability 9.0") == 1, said[-3000:]
+    assert "float32 reference path" in said

@@ -1,16 +1,18 @@
-"""The opt-in autotuner: time every built kernel once per shape bucket and keep the fastest.
+"""The opt-in autotuner: time the cost model's best few kernels once per shape bucket and keep the fastest.
 
     fp8ext.autotune(True, cache_file="~/.cache/fp8ext-h200.json")   # or FP8EXT_AUTOTUNE=1 [FP8EXT_AUTOTUNE_CACHE=...]
 
-A bucket is (GPU, M rounded up to a power of two, N, K, out dtype, accumulation, input dtypes). The first
-row-wise call of a bucket on an sm_90 GPU times each kernel that computes it on that call's own operands (a few
-milliseconds, once) and remembers the fastest; later calls of the bucket run it directly. The choices live in
+A bucket is (GPU name, SM count, CUDA, torch and fp8ext versions; M rounded up to the next multiple of 16 up to
+128, of 64 up to 1024, of 128 beyond; the exact N and K; out dtype, accumulation, input dtypes). The first
+row-wise call of a bucket on an sm_90 GPU times the cost model's 6 best kernels for it, each with the scheduler
+options the model chose, on that call's own operands (a few milliseconds, once) and remembers the fastest
+(written as ``name@options``); later calls of the bucket run it directly. The choices live in
 the process and, with a cache file, in a JSON file that is loaded by the next process and, after each new
 choice, merged with what is in it now (under a lock on ``<file>.lock``, so processes sharing the file keep each
 other's buckets) and replaced atomically (fsynced temporary file, then rename). A file that cannot be read as a
 cache (truncated, empty, NUL bytes, binary, a directory, another format) is ignored with one warning that names
 it and says why; the next new choice replaces it. Tuning never happens during CUDA-graph capture (a capture uses a remembered choice, or the
-built-in heuristic), is serialised across threads, and a kernel forced with `fp8ext.force_kernel` wins over it.
+cost model's), is serialised across threads, and a kernel forced with `fp8ext.force_kernel` wins over it.
 
 The tuning itself lives in C++ (csrc/sm90/autotune.cpp, timed in csrc/scaled_mm_cuda.cu) so that it also
 serves `torch.ops.fp8ext.scaled_mm` under torch.compile; this module only configures it. The file's reader

@@ -1,0 +1,49 @@
+"""The shape zoo's split (python/fp8ext/zoo.py): fixed, disjoint from everything calibration measures, and never
+read by the fit behind the committed cost-model coefficients."""
+import json
+import sys
+from pathlib import Path
+
+from fp8ext.bench import LLAMA_NK
+from fp8ext.zoo import MODEL_WEIGHTS, weights, zoo_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import tune  # noqa: E402
+
+
+def test_the_split_is_fixed():
+    # Changing the zoo changes what "held out" means: a deliberate change updates these numbers.
+    assert (len(zoo_rows("tune")), len(zoo_rows("heldout"))) == (184, 140)
+    assert len({fam for fam, *_ in MODEL_WEIGHTS}) >= 8
+    assert zoo_rows() == zoo_rows()  # no randomness left to the process
+
+
+def test_heldout_weights_are_never_measured_for_calibration():
+    held = {(r["N"], r["K"]) for r in zoo_rows("heldout")}
+    tuned = {(r["N"], r["K"]) for r in tune.calibration_rows()}
+    assert held and tuned
+    assert not held & tuned
+    assert not held & set(LLAMA_NK)
+
+
+def test_the_committed_coefficients_were_fitted_without_a_heldout_row():
+    held = {(r["N"], r["K"]) for r in zoo_rows("heldout")}
+    sources = tune.coefficient_sources()
+    assert sources, "csrc/sm90/cost_model_coeffs.inc names no calibration file"
+    for src in sources:
+        rows = json.loads((ROOT / src).read_text())["rows"]
+        assert rows
+        assert not {(r["N"], r["K"]) for r in rows} & held, src
+        assert all(r.get("split", "tune") == "tune" for r in rows), src
+
+
+def test_rows_are_valid_calls_with_serving_sized_m():
+    rows = zoo_rows()
+    assert all(1 <= r["M"] <= 16384 and r["N"] % 16 == 0 and r["K"] % 16 == 0 for r in rows)
+    powers = sum(1 for r in rows if r["M"] > 1 and r["M"] & (r["M"] - 1) == 0)
+    assert powers == 0
+    for split in ("tune", "heldout"):
+        ms = [r["M"] for r in zoo_rows(split)]
+        assert min(ms) <= 128 and any(128 < m < 1024 for m in ms) and max(ms) >= 1024
+    assert all(w["N"] % 64 == 0 and w["K"] % 64 == 0 for w in weights() if w["weight"].startswith("random/"))
