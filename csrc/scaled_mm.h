@@ -42,7 +42,7 @@ struct TensorMeta {
   int64_t storage_offset() const { return offset; }
 };
 
-// Checks every argument against the contract in README.md ("Inputs") and throws c10::Error naming the
+// Checks every argument against the contract in README.md ("The op") and throws c10::Error naming the
 // argument, what was expected and what was given. Runs before anything is allocated or launched.
 ScaledMmProblem check_scaled_mm_args(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
                                      const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Repeat small row-wise calls many times and look for an output that changes between identical calls or an
-element never written: the hunt for the H200 fuzz failure at e28a407 (M=13 N=48 K=48, fp32 out, fast
+element never written: the hunt for an H200 fuzz failure (M=13 N=48 K=48, fp32 out, fast
 accumulation: one element 16% over the bound on the first call, within it on the retry).
 
 Each repetition poisons the block the caching allocator hands to the output (NaN), calls fp8ext.scaled_mm, and

@@ -13,7 +13,7 @@
 # scripts/inductor_peer.sh, FP8EXT_INDUCTOR_BUDGET_S, default 420 s), multigpu (needs 2 GPUs), invariance
 # (scripts/batch_invariance.py), host (scripts/host_overhead.py: host time per eager call), floor
 # (scripts/decode_floor.py: decode against an empty kernel and a plain read), autotune
-# (scripts/autotune_vs_table.py: the autotuner's picks against the table's), edge (scripts/edge_numerics.py),
+# (scripts/autotune_vs_model.py: the autotuner's picks against the cost model's), edge (scripts/edge_numerics.py),
 # sanitize (scripts/sanitize.sh). Wheels that the machine lacks (nvidia-cutlass for the headers) may be placed
 # in .whl/; they are installed to a private prefix first. The build is in place and incremental (build/ is
 # reused when the machine is still warm).
@@ -137,7 +137,7 @@ if [[ $STAGES == *,floor,* ]]; then
 fi
 
 if [[ $STAGES == *,autotune,* ]]; then
-  $PY scripts/autotune_vs_table.py --json "$OUT_DIR/autotune_vs_table.json" 2>&1 | tee "$OUT_DIR/autotune_vs_table.log"
+  $PY scripts/autotune_vs_model.py --json "$OUT_DIR/autotune_vs_model.json" 2>&1 | tee "$OUT_DIR/autotune_vs_model.log"
 fi
 
 if [[ $STAGES == *,edge,* ]]; then

@@ -85,7 +85,7 @@ def test_same_call_as_torch_scaled_mm_rowwise(fast):
 
 @pytest.mark.parametrize("b_dtype", [E4M3, torch.float8_e5m2])
 def test_tensorwise_shapes_cublas_declines(b_dtype):
-    # Found by test_fuzz_gpu (dc8818e): torch._scaled_mm raised CUBLAS_STATUS_NOT_SUPPORTED for a valid
+    # Found by test_fuzz_gpu: torch._scaled_mm raised CUBLAS_STATUS_NOT_SUPPORTED for a valid
     # tensor-wise call with M = 1, K = 16. fp8ext must still return the right result (its own kernels or the
     # reference path), whichever shapes cuBLAS takes.
     for M, N, K in [(1, 160, 16), (1, 16, 16), (3, 48, 32)]:
@@ -109,7 +109,7 @@ def test_tensorwise_fp32_out_with_bias():
 
 @pytest.mark.parametrize("M", [1, 300])
 def test_e5m2_weight_is_not_read_as_e4m3(M):
-    # Found by test_fuzz_gpu (cf9bb6b): e4m3 a x e5m2 b went to kernels that read b as e4m3 and returned wrong
+    # Found by test_fuzz_gpu: e4m3 a x e5m2 b went to kernels that read b as e4m3 and returned wrong
     # numbers. No kernel reads e5m2 weights, so the call must take the (warned) reference path and be right.
     N, K = 1040, 2736
     a = random_fp8(M, K, device=DEV)

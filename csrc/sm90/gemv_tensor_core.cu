@@ -13,12 +13,10 @@
 // is that read plus fixed costs. The S slices of a row are added through shared memory in a fixed order, so the
 // result does not depend on timing, and not on M either (batch invariant for a fixed kernel).
 //
-// Measured on the H200 (bench/tuning/h200-2026-11-30-gemv-tc-head-to-head-3bb28e7.json): against the table's
-// picks, 1.01-1.17x at M = 4 and 8 on all but the three largest weights, up to 1.16x at M = 1 on 6 of the 12, and
-// 1.01-1.11x at M = 16 on 5 small ones; slower at M = 32 everywhere. Time grows with the token tiles (M = 32
-// takes 1.5-2x the time of M = 8), and four 16-row tiles per warp, which cut the activation reads by 4, ran no
-// faster than one, so the limit is not the activation traffic; the tensor core's mma.sync rate for fp8 is the
-// likely one (not profiled).
+// Where they pay (docs/design.md, decode kernels): up to M = 16 on all but the largest weights; at M = 32 the
+// swapped CUTLASS tiles are faster. Time grows with the token tiles, and four 16-row tiles per warp, which cut
+// the activation reads by 4, ran no faster than one, so the limit is not the activation traffic; the tensor
+// core's mma.sync rate for fp8 is the likely one (not profiled).
 //
 // MMA: mma.sync m16n8k32 with the e4m3 weight as A (weight rows on the MMA's M) and the activations as B (tokens
 // on its N, in 1, 2 or 4 tiles of 8 for M <= 8, 16, 32). In the fragment layout, lane (g = lane / 4, t = lane % 4)
@@ -217,9 +215,9 @@ bool register_variant(const char* name) {
   return register_kernel({name, gemv_tc_traits(), &launch_gemv_tc<__nv_bfloat16, MT, S>, &decode::no_workspace});
 }
 
-// gemv_tc_m32_r<rows per warp>_s<K slices>: the three that won rows in the head to head of eight (3bb28e7; r32
-// with S = 2 or 4 and r64 with S = 2, 4, 8 won none). More slices keep a small weight's blocks numerous; the
-// dispatch table carries the measured best per shape. bf16 output only: the decode rows of the table are bf16.
+// gemv_tc_m32_r<rows per warp>_s<K slices>: the three of eight variants that won rows when measured against each
+// other (r32 with S = 2 or 4 and r64 with S = 2, 4, 8 won none). More slices keep a small weight's blocks
+// numerous; the cost model picks among them per shape. bf16 output only, the decode calls that matter.
 const bool kRegistered = register_variant<1, 4>("gemv_tc_m32_r16_s4_fast_bf16") &&
                          register_variant<1, 8>("gemv_tc_m32_r16_s8_fast_bf16") &&
                          register_variant<2, 8>("gemv_tc_m32_r32_s8_fast_bf16");

@@ -92,8 +92,7 @@ def _rows() -> list[Row]:
     rows += [Row("sk", (128, n, 128), (2, 1), "fast", "bf16", swap_ab=True) for n in (32, 64, 128)]
     # M = 129..512 on the largest weights: 256 tokens per tile, so at M = 256 each weight tile is read once per call
     # instead of once per 128 tokens (64 x 256 per consumer warpgroup: 128 accumulator registers in fast mode).
-    # Head to head at 8470c4b: 1.011-1.046x on four rows at M = 256-512. Its 1x1 twin and a 128x128 4x1 stream-K
-    # tile were measured beside it and dropped (one win inside the noise; none).
+    # Its 1x1 twin and a 128x128 4x1 stream-K tile were measured beside it and dropped (docs/design.md).
     rows.append(Row("sk", (128, 256, 128), (2, 1), "fast", "bf16", swap_ab=True))
     rows.append(Row("sk", (128, 128, 128), (1, 1), "fast", "bf16"))
     # Prefill / training (large M): big tiles, 2-CTA clusters multicasting the shared operand.

@@ -6,7 +6,7 @@
 //     acc = sum over t of P_t                                  (fp32 FADD in registers, one per tile: "promotion")
 //
 // This is the same sum, with the same promotion interval (once per 128 of K), as CUTLASS's precise FP8
-// mainloop (GmmaFP8Accumulation with mma_promotion_interval = 4), so the accuracy bound of DESIGN.md is
+// mainloop (GmmaFP8Accumulation with mma_promotion_interval = 4), so the accuracy bound of docs/accuracy.md is
 // unchanged. What changes is when the FADDs run. CUTLASS keeps P_t in one register fragment: before it may
 // issue tile t+1's wgmmas into that fragment it waits for all of tile t's (warpgroup_wait<0>) and adds, so the
 // warpgroup's tensor core work stops for the wgmma drain latency plus the adds, every tile. Here P_t and

@@ -37,11 +37,11 @@ LLAMA_NK = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (10240, 81
 LLAMA_M = [1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 QUICK = [(1, 8192, 8192), (16, 4096, 4096), (64, 28672, 4096), (128, 6144, 4096), (1024, 4096, 14336),
          (4096, 8192, 8192), (8192, 8192, 8192)]
-# The 7 shapes of the inductor baseline (shared/perf/h200-torch2.11-inductor-2026-11-29.json).
+# The 7 shapes of the torch.compile baseline, measured on the H200 before fp8ext's first kernel.
 INDUCTOR_SHAPES = [(16, 8192, 8192), (128, 28672, 4096), (1024, 10240, 8192), (2048, 4096, 14336),
                    (4096, 57344, 8192), (8192, 8192, 8192), (16384, 8192, 8192)]
 
-HBM_TBPS = 4.27  # device-to-device copy, read + write, measured on the H200 (shared/perf/BASELINE.md)
+HBM_TBPS = 4.27  # device-to-device copy, read + write, measured on the H200
 FP8_DENSE_TFLOPS = 1979.0  # vendor datasheet, dense FP8 (a lead, not a measurement)
 
 

@@ -97,7 +97,7 @@ def error_bound(a, b, scale_a, scale_b, out_dtype: torch.dtype, use_fast_accum: 
     p = (a.double().abs() @ b.double().abs()) * (_scale_view(scale_a.double(), M, True)
                                                   * _scale_view(scale_b.double(), N, False)).abs()
     # Fast: one reduced-precision rounding per 32-deep MMA k-step, and a partly filled step (K = 48: two steps)
-    # rounds like a full one (seen on the H200 at e28a407: K = 48, fp32 out, error 1.74 * 2^-13 * P).
+    # rounds like a full one (seen on the H200 with K = 48 and fp32 output: more than one step's error).
     eps = max(math.ceil(K / 32), 1) * 2.0**-13 if use_fast_accum else 2.0**-10
     return _ULP[out_dtype] * ref.abs() + eps * p + _TINY[out_dtype]
 

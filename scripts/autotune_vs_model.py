@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Does the opt-in autotuner pick as well as the measured table? For a set of llama shapes: the table's kernel
-(fp8ext.selected_kernel with autotuning off), then fp8ext.autotune(True) and one call to tune the bucket, and
+"""Does the opt-in autotuner pick better than the cost model? For a set of llama shapes: the model's kernel
+(fp8ext.selected_kernel with autotuning off, fp8ext's kernels only), then fp8ext.autotune(True) and one call to tune the bucket, and
 both choices timed the way the bench times (fp8ext.bench.Timer: L2 flushed, interleaved turns, medians) on the
 same tensors. Also records how long the tuning call took.
 
-    python scripts/autotune_vs_table.py [--json out.json] [--rep-ms 60]
+    python scripts/autotune_vs_model.py [--json out.json] [--rep-ms 60]
 """
 import argparse
 import json
@@ -31,7 +31,7 @@ def main() -> None:
     for M, N, K, fast in SHAPES:
         fp8ext.autotune(False)
         a, b, sa, sb = random_operands(M, N, K, device="cuda")
-        table = fp8ext.selected_kernel(M, N, K, use_fast_accum=fast)
+        model = fp8ext.selected_kernel(M, N, K, use_fast_accum=fast, torch_ok=False)
         fp8ext.autotune(True)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -47,18 +47,18 @@ def main() -> None:
                     return fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=fast)
             return fn
 
-        times = timer.interleaved({"table": run(table), "autotuned": run(tuned)})
-        row = {"M": M, "N": N, "K": K, "use_fast_accum": fast, "table_kernel": table, "autotuned_kernel": tuned,
-               "table_us": round(times["table"], 2), "autotuned_us": round(times["autotuned"], 2),
+        times = timer.interleaved({"model": run(model), "autotuned": run(tuned)})
+        row = {"M": M, "N": N, "K": K, "use_fast_accum": fast, "model_kernel": model, "autotuned_kernel": tuned,
+               "model_us": round(times["model"], 2), "autotuned_us": round(times["autotuned"], 2),
                "tuning_call_ms": round(tune_ms, 1)}
         rows.append(row)
-        print(f"{M}x{N}x{K} fast={fast}: table {table} {times['table']:.1f} us, autotuned {tuned} "
-              f"{times['autotuned']:.1f} us ({times['table'] / times['autotuned']:.3f}x); tuning call "
+        print(f"{M}x{N}x{K} fast={fast}: model {model} {times['model']:.1f} us, autotuned {tuned} "
+              f"{times['autotuned']:.1f} us ({times['model'] / times['autotuned']:.3f}x); tuning call "
               f"{tune_ms:.0f} ms", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({**run_record(),
-                       "method": "fp8ext.bench.Timer (L2 flushed before each call, medians), table and autotuned "
+                       "method": "fp8ext.bench.Timer (L2 flushed before each call, medians), model and autotuned "
                                  f"choice interleaved, {args.rep_ms} ms each; the same tensors for both",
                        "rows": rows}, f, indent=1)
 
