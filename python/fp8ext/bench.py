@@ -331,30 +331,40 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
-def print_table(rows: list[dict]) -> None:
-    hdr = (f"{'M':>6} {'N':>6} {'K':>6} {'acc':>7} {'fp8ext':>8} {'rowwise':>8} {'tensorw':>8} "
-           f"{'TFLOP/s':>8} {'x row':>6} {'x tens':>6} {'GB/s w':>7}  kernel")
-    print(hdr)
-    print("-" * len(hdr))
+def _print_rows(columns: list[tuple[str, str]], rows: list[dict], cells: Callable[[dict], dict]) -> None:
+    """A fixed-width table: each column is (header, right-aligned format spec), cells(row) gives the row's value
+    per header, and the row's kernel ends each line."""
+    header = " ".join(f"{h:>{spec.split('.')[0].lstrip('>')}}" for h, spec in columns) + "  kernel"
+    print(header)
+    print("-" * len(header))
     for r in rows:
-        M, N, K = r["M"], r["N"], r["K"]
-        gbps = f"{weight_gbps(N, K, r['fp8ext_us']):7.0f}" if M <= 128 else " " * 7
-        print(f"{M:>6} {N:>6} {K:>6} {'fast' if r['use_fast_accum'] else 'precise':>7} "
-              f"{r['fp8ext_us']:8.1f} {r['torch_rowwise_us']:8.1f} {r['torch_tensorwise_us']:8.1f} "
-              f"{tflops(M, N, K, r['fp8ext_us']):8.0f} {r['torch_rowwise_us'] / r['fp8ext_us']:6.2f} "
-              f"{r['torch_tensorwise_us'] / r['fp8ext_us']:6.2f} {gbps}  {r['kernel']}")
+        values = cells(r)
+        print(" ".join(format(values[h], spec) for h, spec in columns) + "  " + r["kernel"])
+
+
+def print_table(rows: list[dict]) -> None:
+    cols = [("M", ">6"), ("N", ">6"), ("K", ">6"), ("acc", ">7"), ("fp8ext", ">8.1f"), ("rowwise", ">8.1f"),
+            ("tensorw", ">8.1f"), ("TFLOP/s", ">8.0f"), ("x row", ">6.2f"), ("x tens", ">6.2f"), ("GB/s w", ">7")]
+
+    def cells(r):
+        M, N, K, us = r["M"], r["N"], r["K"], r["fp8ext_us"]
+        return {"M": M, "N": N, "K": K, "acc": "fast" if r["use_fast_accum"] else "precise", "fp8ext": us,
+                "rowwise": r["torch_rowwise_us"], "tensorw": r["torch_tensorwise_us"], "TFLOP/s": tflops(M, N, K, us),
+                "x row": r["torch_rowwise_us"] / us, "x tens": r["torch_tensorwise_us"] / us,
+                "GB/s w": f"{weight_gbps(N, K, us):.0f}" if M <= 128 else ""}
+    _print_rows(cols, rows, cells)
 
 
 def print_zoo_table(rows: list[dict]) -> None:
-    hdr = (f"{'split':>7} {'M':>6} {'N':>6} {'K':>6} {'acc':>7} {'default':>8} {'kernels':>8} {'rowwise':>8} "
-           f"{'x dflt':>6} {'x kern':>6} {'tiles':>5}  kernel")
-    print(hdr)
-    print("-" * len(hdr))
-    for r in rows:
-        print(f"{r['split']:>7} {r['M']:>6} {r['N']:>6} {r['K']:>6} {r['accum']:>7} {r['fp8ext_us']:8.1f} "
-              f"{r['fp8ext_kernels_us']:8.1f} {r['torch_rowwise_us']:8.1f} "
-              f"{r['torch_rowwise_us'] / r['fp8ext_us']:6.2f} {r['torch_rowwise_us'] / r['fp8ext_kernels_us']:6.2f} "
-              f"{r['tile_ratio']:5.2f}  {r['kernel']}")
+    cols = [("split", ">7"), ("M", ">6"), ("N", ">6"), ("K", ">6"), ("acc", ">7"), ("default", ">8.1f"),
+            ("kernels", ">8.1f"), ("rowwise", ">8.1f"), ("x dflt", ">6.2f"), ("x kern", ">6.2f"), ("tiles", ">5.2f")]
+
+    def cells(r):
+        return {"split": r["split"], "M": r["M"], "N": r["N"], "K": r["K"], "acc": r["accum"],
+                "default": r["fp8ext_us"], "kernels": r["fp8ext_kernels_us"], "rowwise": r["torch_rowwise_us"],
+                "x dflt": r["torch_rowwise_us"] / r["fp8ext_us"], "x kern": r["torch_rowwise_us"] / r["fp8ext_kernels_us"],
+                "tiles": r["tile_ratio"]}
+    _print_rows(cols, rows, cells)
 
 
 def plot(rows: list[dict], path: str) -> None:
