@@ -11,8 +11,8 @@ kernel (fp8ext's _cost_terms), so that the fit needs no GPU and no build.
 
 Anywhere (numpy and scipy):
     python scripts/tune.py --fit bench/tuning/<calibration>.json [more.json ...] --write
-fits c0..c3 of every kernel with enough rows (and of torch's row-wise path) by least squares on the log of
-measured / predicted time, and writes csrc/sm90/cost_model_coeffs.inc; --report prints, per weight left out of
+fits c0..c3 of every kernel with enough rows (and of torch's row-wise path) by non-negative least squares on the
+relative error of predicted against measured time, and writes csrc/sm90/cost_model_coeffs.inc; --report prints, per weight left out of
 the fit in turn, how far the model's pick is from the fastest measured kernel (leave-one-weight-out).
 
 Only the zoo's tuning part and the llama grid are ever measured here: the held-out part is the benchmark's
