@@ -2,9 +2,8 @@
 #include "sm90/cost_model.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <map>
+#include <vector>
 #include <string>
 
 namespace fp8ext::sm90 {
@@ -52,11 +51,22 @@ Grid grid_of(const KernelTraits& t, const CostProblem& p) {
   return {ceil_div(mma_m, t.tile_m), ceil_div(mma_n, t.tile_n), t.cluster_m, t.cluster_n};
 }
 
-int64_t computed_for_band(const Grid& g, int band) {
-  // First to the cluster, then (both sides) to band x cluster, as CUTLASS does.
+// The tile grid CUTLASS computes for a requested band: first rounded to the cluster, then (both sides) to the
+// band it really uses x cluster.
+struct Padded {
+  int64_t m, n;
+  int band;
+};
+
+Padded padded_grid(const Grid& g, int max_swizzle) {
   const int64_t cm = round_up(g.bm, g.cm), cn = round_up(g.bn, g.cn);
-  const int eff = effective_band(cm, cn, band);
-  return round_up(cm, int64_t(eff) * g.cm) * round_up(cn, int64_t(eff) * g.cn);
+  const int band = effective_band(cm, cn, max_swizzle);
+  return {round_up(cm, int64_t(band) * g.cm), round_up(cn, int64_t(band) * g.cn), band};
+}
+
+int64_t computed_for_band(const Grid& g, int max_swizzle) {
+  const Padded pg = padded_grid(g, max_swizzle);
+  return pg.m * pg.n;
 }
 
 // Physical defaults for a kernel the fit has not seen: the H200's measured rates, not fitted. c1 is one K
@@ -92,7 +102,10 @@ const Coefficients* calibration(const KernelEntry& kernel) {
         const KernelTraits& o = other.traits;
         if (o.out != OutType::kBF16 || o.in_a != InType::kE4M3 || o.any_in_a) continue;
         if (!same_tile_family(o, kernels[i].traits)) continue;
-        if (auto it = m.find(other.name); it != m.end()) out[i] = &it->second;
+        if (auto it = m.find(other.name); it != m.end()) {
+          out[i] = &it->second;
+          break;
+        }
       }
     }
     return out;
@@ -136,11 +149,6 @@ SchedulerOptions scheduler_options(const KernelTraits& t, const CostProblem& p) 
   return o;
 }
 
-int64_t tiles_computed(const KernelTraits& t, const CostProblem& p, const SchedulerOptions& sched) {
-  if (t.schedule == Schedule::kGemv) return 1;
-  return computed_for_band(grid_of(t, p), sched.max_swizzle);
-}
-
 CostTerms cost_terms(const KernelTraits& t, const CostProblem& p, const SchedulerOptions& sched) {
   CostTerms f;
   const int64_t sms = p.sm_count > 0 ? p.sm_count : 132;
@@ -153,9 +161,9 @@ CostTerms cost_terms(const KernelTraits& t, const CostProblem& p, const Schedule
   const Grid g = grid_of(t, p);
   const int cluster = t.cluster_m * t.cluster_n;
   const int64_t slots = std::max<int64_t>(1, sms / cluster);  // clusters resident at once, one CTA per SM
-  const int64_t cm = round_up(g.bm, g.cm), cn = round_up(g.bn, g.cn);
-  const int band = effective_band(cm, cn, sched.max_swizzle);
-  const int64_t pm = round_up(cm, int64_t(band) * g.cm), pn = round_up(cn, int64_t(band) * g.cn);
+  const Padded pg = padded_grid(g, sched.max_swizzle);
+  const int64_t pm = pg.m, pn = pg.n;
+  const int band = pg.band;
   f.tiles_needed = g.bm * g.bn;
   f.tiles_computed = pm * pn;
   f.kiters = ceil_div(p.K, t.tile_k);

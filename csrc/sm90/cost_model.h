@@ -60,9 +60,6 @@ struct Estimate {
 // The band width rule above, for a kernel with a tile scheduler (the decode kernels take the defaults).
 SchedulerOptions scheduler_options(const KernelTraits& t, const CostProblem& p);
 
-// Tiles computed with the given options, exactly as CUTLASS's persistent tile scheduler rounds them.
-int64_t tiles_computed(const KernelTraits& t, const CostProblem& p, const SchedulerOptions& sched);
-
 // The model's terms for one kernel with given scheduler options: F1..F3 of the formula above and the geometry
 // behind them (scripts/tune.py records them beside each measurement and fits c0..c3 on them).
 struct CostTerms {
