@@ -140,3 +140,16 @@ def test_backends_switch_off_the_backstop():
                            env={**__import__("os").environ, "FP8EXT_BACKENDS": env})
         assert r.returncode == 0, r.stderr[-2000:]
         assert r.stdout.split()[-1] == want
+
+
+def test_a_remembered_selection_is_the_one_the_model_ranks_first():
+    # Dispatch memoizes its selection per problem (a bounded memo, started over when full); asking again, after more
+    # distinct problems than the memo holds, must give what the ranking gives.
+    shapes = [(m, 512 + 16 * (m % 7), 1024) for m in range(1, 5001)]
+    first = [fp8ext.selected_kernel(*s) for s in shapes]
+    for s, name in list(zip(shapes, first))[::97]:
+        assert fp8ext.selected_kernel(*s) == name
+        explain = fp8ext.selected_kernel(*s, explain=True)
+        top = explain["ranking"][0]
+        to_torch = explain["torch_predicted_us"] * (1 + 0.03) < top["predicted_us"]
+        assert name == (TORCH if to_torch else top["kernel"]), s

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 #include <sstream>
+#include <unordered_map>
 #include <vector>
 
 namespace fp8ext::sm90 {
@@ -68,14 +69,17 @@ std::vector<RankedKernel> rank_kernels(const ProblemKey& key, int sm_count, bool
   return ranked;
 }
 
-Selection select_kernel(const ProblemKey& key, int sm_count, bool allow_workspace, bool torch_can_run) {
+namespace {
+
+Selection select_uncached(const ProblemKey& key, int sm_count, bool allow_workspace, bool torch_can_run,
+                          bool backstop) {
   Selection s;
   const std::vector<RankedKernel> ranked = rank_kernels(key, sm_count, allow_workspace);
   if (!ranked.empty()) {
     s.choice = ranked.front().choice;
     s.predicted_us = ranked.front().estimate.us;
   }
-  if (torch_can_run && torch_backstop_enabled()) {
+  if (torch_can_run && backstop) {
     s.torch_predicted_us =
         torch_rowwise_estimate({key.M, key.N, key.K, out_bytes(key.out), sm_count}, key.accum);
     if (s.torch_predicted_us > 0 && (!s.choice || s.torch_predicted_us * (1.0 + kTorchMargin) < s.predicted_us)) {
@@ -83,6 +87,51 @@ Selection select_kernel(const ProblemKey& key, int sm_count, bool allow_workspac
       s.choice = {};
     }
   }
+  return s;
+}
+
+// The selection is memoized per problem. Ranking every built kernel (a few band options each) costs several
+// microseconds of host time, a third of an eager call on a small problem, and serving repeats a few shapes many
+// times. Everything the selection reads is in the key: the problem, the SM count, the capture state, whether
+// torch can take the call and the backstop switch; the kernels and their coefficients are fixed at build time.
+struct SelectionKey {
+  int64_t M, N, K;
+  int out, accum, in_a, in_b, sm_count;
+  bool allow_workspace, torch_can_run, backstop;
+  bool operator==(const SelectionKey&) const = default;
+};
+
+struct SelectionKeyHash {
+  size_t operator()(const SelectionKey& k) const {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
+    for (const uint64_t v : {uint64_t(k.M), uint64_t(k.N), uint64_t(k.K), uint64_t(k.out), uint64_t(k.accum),
+                             uint64_t(k.in_a), uint64_t(k.in_b), uint64_t(k.sm_count), uint64_t(k.allow_workspace),
+                             uint64_t(k.torch_can_run), uint64_t(k.backstop)}) {
+      h = (h ^ v) * 1099511628211ull;
+    }
+    return size_t(h);
+  }
+};
+
+// Bounded: a process that sees more distinct problems than this starts the memo over (a rank costs microseconds).
+constexpr size_t kMaxMemoizedSelections = 4096;
+std::mutex g_selection_mutex;
+std::unordered_map<SelectionKey, Selection, SelectionKeyHash> g_selections;
+
+}  // namespace
+
+Selection select_kernel(const ProblemKey& key, int sm_count, bool allow_workspace, bool torch_can_run) {
+  const bool backstop = torch_can_run && torch_backstop_enabled();
+  const SelectionKey k{key.M, key.N, key.K, int(key.out), int(key.accum), int(key.in_a), int(key.in_b),
+                       sm_count, allow_workspace, torch_can_run, backstop};
+  {
+    std::lock_guard<std::mutex> lock(g_selection_mutex);
+    if (const auto it = g_selections.find(k); it != g_selections.end()) return it->second;
+  }
+  const Selection s = select_uncached(key, sm_count, allow_workspace, torch_can_run, backstop);
+  std::lock_guard<std::mutex> lock(g_selection_mutex);
+  if (g_selections.size() >= kMaxMemoizedSelections) g_selections.clear();
+  g_selections.emplace(k, s);
   return s;
 }
 
