@@ -247,6 +247,7 @@ def report(rows: list[dict]) -> dict:
     weights = sorted({r["weight"] for r in rows})
     regrets = {True: [], False: []}
     vs_torch = {True: [], False: []}
+    backstop_rows = []  # (fast, measured pick, predicted pick, measured torch, predicted torch)
     for w in weights:
         coeffs = fit([r for r in rows if r["weight"] != w])
         for r in (r for r in rows if r["weight"] == w):
@@ -260,7 +261,13 @@ def report(rows: list[dict]) -> dict:
                     continue
                 best = min(mine.values())
                 regrets[fast].append(mine[pick] / best)
-                vs_torch[fast].append(r["torch_rowwise_us"]["fast" if fast else "precise"] / mine[pick])
+                accum = "fast" if fast else "precise"
+                vs_torch[fast].append(r["torch_rowwise_us"][accum] / mine[pick])
+                name = pick.split("@")[0]
+                c, tc = coeffs.get(name) or coeffs[kernel_traits(name)["twin"]], coeffs.get(f"torch_rowwise_{accum}")
+                if tc is not None:
+                    backstop_rows.append((fast, mine[pick], predict(c, r["terms"][pick]), r["torch_rowwise_us"][accum],
+                                          predict(tc, r["torch_terms"])))
     out = {}
     for fast in (True, False):
         tag = "fast" if fast else "precise"
@@ -268,6 +275,22 @@ def report(rows: list[dict]) -> dict:
         out[tag] = {"rows": len(xs), "geomean pick/best": math.exp(sum(map(math.log, xs)) / len(xs)),
                     "within 3%": sum(x <= 1.03 for x in xs) / len(xs), "worst": max(xs),
                     "geomean torch/pick": math.exp(sum(map(math.log, vs_torch[fast])) / len(xs))}
+    out["backstop"] = score_backstop(backstop_rows)
+    return out
+
+
+def score_backstop(rows: list[tuple]) -> dict:
+    """The default path (dispatch.h: the model's pick where it is predicted at least `advantage` faster than torch,
+    else torch row-wise) for a few advantages: geomean torch / default and the calls below 0.97x of torch."""
+    out = {}
+    for advantage in (-0.03, 0.0, 0.03, 0.06, 0.10):
+        for fast in (True, False):
+            ratios = [torch_us / (torch_us if pick_pred > torch_pred * (1 - advantage) else pick_us)
+                      for f, pick_us, pick_pred, torch_us, torch_pred in rows if f == fast]
+            if ratios:
+                out[f"{'fast' if fast else 'precise'} advantage {advantage:+.2f}"] = {
+                    "geomean torch/default": math.exp(sum(map(math.log, ratios)) / len(ratios)),
+                    "below 0.97": sum(x < 0.97 for x in ratios), "rows": len(ratios)}
     return out
 
 

@@ -60,3 +60,16 @@ def test_written_coefficients_name_their_source(tmp_path, monkeypatch):
 def test_the_committed_coefficients_come_from_committed_calibrations():
     sources = tune.coefficient_sources()
     assert sources and all((ROOT / s).is_file() for s in sources)
+
+
+def test_backstop_score_hands_torch_the_calls_without_a_clear_predicted_advantage():
+    # (fast, measured pick, predicted pick, measured torch, predicted torch)
+    rows = [(True, 8.0, 9.0, 10.0, 10.0),    # predicted 10% faster: the kernel runs at every advantage up to 0.10
+            (True, 12.0, 9.6, 10.0, 10.0),   # predicted 4% faster: runs below an advantage of 0.04, torch above
+            (True, 20.0, 11.0, 10.0, 10.0)]  # predicted slower: torch runs unless the advantage is negative
+    score = tune.score_backstop(rows)
+    assert set(score) == {f"fast advantage {a:+.2f}" for a in (-0.03, 0.0, 0.03, 0.06, 0.10)}
+    assert score["fast advantage +0.03"]["below 0.97"] == 1  # the 12 us pick against torch's 10 us
+    assert score["fast advantage +0.06"]["below 0.97"] == 0
+    assert score["fast advantage +0.06"]["geomean torch/default"] == pytest.approx((10 / 8) ** (1 / 3))
+    assert score["fast advantage -0.03"]["below 0.97"] == 1  # 11 > 10 * 1.03: still torch
