@@ -39,8 +39,8 @@ fi
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 
 # The H200 image points the build at /opt/gcc/bin/g++ (CXX in its environment), and an extension built with it
-# segfaults as soon as a C++ exception crosses it: scripts/check_cxx_exceptions.py showed a one-line
-# load_inline extension crash with it and raise properly with /usr/bin/g++ (2026-11-29). So the system
+# segfaults as soon as a C++ exception crosses it: a one-line load_inline extension with a failing TORCH_CHECK
+# crashed with it and raised properly with /usr/bin/g++ (docs/design.md, Architecture). So the system
 # compiler is used here, whatever the environment says; FP8EXT_CXX / FP8EXT_CC choose another.
 FP8EXT_CXX=${FP8EXT_CXX:-/usr/bin/g++}
 FP8EXT_CC=${FP8EXT_CC:-/usr/bin/gcc}

@@ -43,7 +43,7 @@ def one_shape(shape: str, args, out: Path, timeout_s: float) -> list[dict]:
                 defaults={"accum": "fast"},
                 options={"--budget-s": dict(type=float, default=600,
                                             help="inductor-peer suite: seconds for all shapes (default 600)")})
-def inductor_peer(args) -> dict:
+def compile_peer(args) -> dict:
     start, rows, missing = time.time(), [], []
     with tempfile.TemporaryDirectory() as tmp:
         for shape in ORDER:
