@@ -9,12 +9,13 @@
 #
 # Stages, run in this order: build, test, calibrate (time the kernels the cost model offers on the tuning shapes:
 # tune.py --calibrate), refit (fit csrc/sm90/cost_model_coeffs.inc on this run's calibration, and rebuild), bench,
-# zoo (the shape zoo, tuning and held-out parts), inductor (torch.compile max-autotune peer on the baseline's 7 shapes:
-# scripts/inductor_peer.sh, FP8EXT_INDUCTOR_BUDGET_S, default 420 s), multigpu (needs 2 GPUs), invariance
-# (scripts/batch_invariance.py), host (scripts/host_overhead.py: host time per eager call), floor
-# (scripts/decode_floor.py: decode against an empty kernel and a plain read), autotune
-# (scripts/autotune_vs_model.py: the autotuner's picks against the cost model's), edge (scripts/edge_numerics.py),
-# sanitize (scripts/sanitize.sh). Wheels that the machine lacks (nvidia-cutlass for the headers) may be placed
+# zoo (the shape zoo, tuning and held-out parts), inductor (torch.compile max-autotune peer on the baseline's 7 shapes,
+# a process per shape within FP8EXT_INDUCTOR_BUDGET_S, default 420 s), multigpu (needs 2 GPUs), invariance (batch
+# invariance through dispatch), host (host time per eager call), floor (decode against an empty kernel and a plain
+# read), autotune (the autotuner's picks against the cost model's), edge (NaN, inf, zero scales and overflow against
+# cuBLASLt), sanitize (scripts/sanitize.sh). Each of inductor, invariance, host, floor, autotune and edge is
+# `python -m fp8ext.bench --suite NAME` (NAME inductor-peer for inductor), its record in $OUT_DIR/NAME.json and its
+# output in $OUT_DIR/NAME.log. Wheels that the machine lacks (nvidia-cutlass for the headers) may be placed
 # in .whl/; they are installed to a private prefix first. The build is in place and incremental (build/ is
 # reused when the machine is still warm).
 set -euo pipefail
@@ -38,8 +39,8 @@ fi
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 
 # The H200 image points the build at /opt/gcc/bin/g++ (CXX in its environment), and an extension built with it
-# segfaults as soon as a C++ exception crosses it: scripts/check_cxx_exceptions.py showed a one-line
-# load_inline extension crash with it and raise properly with /usr/bin/g++ (2026-11-29). So the system
+# segfaults as soon as a C++ exception crosses it: a one-line load_inline extension with a failing TORCH_CHECK
+# crashed with it and raised properly with /usr/bin/g++ (docs/design.md, Architecture). So the system
 # compiler is used here, whatever the environment says; FP8EXT_CXX / FP8EXT_CC choose another.
 FP8EXT_CXX=${FP8EXT_CXX:-/usr/bin/g++}
 FP8EXT_CC=${FP8EXT_CC:-/usr/bin/gcc}
@@ -107,8 +108,16 @@ if [[ $STAGES == *,zoo,* ]]; then
   sed -n '/geomean/,$p' "$OUT_DIR/bench-zoo.log"
 fi
 
+# The probes: one suite of the bench each, its record in $OUT_DIR/<suite>.json and its output in <suite>.log.
+probe() {
+  local name=$1; shift
+  $PY -m fp8ext.bench --suite "$name" --json "$OUT_DIR/$name.json" "$@" >"$OUT_DIR/$name.log" 2>&1 \
+    || { tail -30 "$OUT_DIR/$name.log"; exit 1; }
+}
+
 if [[ $STAGES == *,inductor,* ]]; then
-  bash scripts/inductor_peer.sh "$OUT_DIR" "${FP8EXT_INDUCTOR_BUDGET_S:-420}"
+  probe inductor-peer --budget-s "${FP8EXT_INDUCTOR_BUDGET_S:-420}"
+  cat "$OUT_DIR/inductor-peer.log"
 fi
 
 if [[ $STAGES == *,multigpu,* ]]; then
@@ -123,27 +132,21 @@ if [[ $STAGES == *,multigpu,* ]]; then
 fi
 
 if [[ $STAGES == *,invariance,* ]]; then
-  $PY scripts/batch_invariance.py --json "$OUT_DIR/batch_invariance.json" >"$OUT_DIR/batch_invariance.log" 2>&1 \
-    || { tail -30 "$OUT_DIR/batch_invariance.log"; exit 1; }
-  awk '$0 !~ /identical 100.00%/' "$OUT_DIR/batch_invariance.log" | head -40
+  probe invariance
+  awk '$0 !~ /identical 100.00%/' "$OUT_DIR/invariance.log" | head -40
 fi
 
-if [[ $STAGES == *,host,* ]]; then
-  $PY scripts/host_overhead.py --json "$OUT_DIR/host_overhead.json" 2>&1 | tee "$OUT_DIR/host_overhead.log"
-fi
-
-if [[ $STAGES == *,floor,* ]]; then
-  $PY scripts/decode_floor.py --json "$OUT_DIR/decode_floor.json" 2>&1 | tee "$OUT_DIR/decode_floor.log"
-fi
-
-if [[ $STAGES == *,autotune,* ]]; then
-  $PY scripts/autotune_vs_model.py --json "$OUT_DIR/autotune_vs_model.json" 2>&1 | tee "$OUT_DIR/autotune_vs_model.log"
-fi
+for name in host floor autotune; do
+  if [[ $STAGES == *,$name,* ]]; then
+    probe "$name"
+    cat "$OUT_DIR/$name.log"
+  fi
+done
 
 if [[ $STAGES == *,edge,* ]]; then
-  $PY scripts/edge_numerics.py --json "$OUT_DIR/edge_numerics.json" >"$OUT_DIR/edge_numerics.log" 2>&1 \
-    || { tail -30 "$OUT_DIR/edge_numerics.log"; exit 1; }
-  grep -c . "$OUT_DIR/edge_numerics.log" | sed 's/^/edge numerics rows: /'
+  probe edge
+  grep -c '^{' "$OUT_DIR/edge.log" | sed 's/^/edge numerics rows: /'
+  sed -n '/edge summary/,$p' "$OUT_DIR/edge.log"
 fi
 
 if [[ $STAGES == *,sanitize,* ]]; then

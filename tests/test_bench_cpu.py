@@ -1,7 +1,13 @@
-"""fp8ext.bench's timing bookkeeping, without a GPU: the interleaved turns that the records are measured with."""
+"""fp8ext.bench without a GPU: the interleaved turns that the records are measured with, and the suite registry and
+command line (every suite offered, the probe suites refusing cleanly, the record's header and format)."""
+import json
+import sys
+
 import pytest
 
-from fp8ext.bench import Timer, _median
+import fp8ext.bench as bench
+from fp8ext.bench import Timer, _median, cli, main
+from fp8ext.bench.suites import peers as peers_suite, zoo as zoo_suite
 
 
 class ScriptedTimer(Timer):
@@ -54,7 +60,138 @@ def test_interleaved_enters_around_for_each_turn():
     t.interleaved({"a": lambda: 1, "b": lambda: 2}, rounds=2, around=around)
     assert entered == ["a", "b", "b", "a"] and [c[0] for c in t.calls] == [1, 2, 2, 1]
 
+
 def test_rounds_must_be_positive():
-    from fp8ext.bench import main
     with pytest.raises(SystemExit):
         main(["--rounds", "0"])
+
+
+# ---- the suite registry and the command line -----------------------------------------------------------------
+
+PEER_SUITES = ["quick", "llama", "inductor", "custom", "zoo"]
+PROBE_SUITES = ["floor", "host", "invariance", "inductor-peer", "autotune", "edge"]
+# The bench record's header and body, in the order the recorded JSON (and the tools reading it) have them.
+RECORD_KEYS = ["commit", "gpu", "torch", "cuda", "date", "suite", "host", "method", "summary", "rows"]
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """The CLI believes it may time: no GPU problem, a named GPU."""
+    monkeypatch.setattr(cli, "gpu_problem", lambda: None)
+    monkeypatch.setattr(bench.common.torch.cuda, "get_device_name", lambda *a: "Fake GPU")
+
+
+def test_every_suite_is_a_choice_and_in_the_help(capsys):
+    assert list(bench.SUITES) == PEER_SUITES[:4] + ["zoo"] + PROBE_SUITES
+    suite_action = next(a for a in cli.build_parser()._actions if a.dest == "suite")
+    assert list(suite_action.choices) == list(bench.SUITES)
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for name, suite in bench.SUITES.items():
+        assert f"  {name} " in out and suite.help in out
+
+
+def test_unknown_suite_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--suite", "nope"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'nope'" in err and "Traceback" not in err
+
+
+def test_a_suite_registered_twice_is_refused():
+    with pytest.raises(ValueError, match="registered twice"):
+        bench.register_suite("quick", help="again")(lambda args: {})
+
+
+@pytest.mark.parametrize("name", PROBE_SUITES)
+def test_probe_suites_refuse_without_an_sm90_gpu(name, monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(cli, "gpu_problem", lambda: "no CUDA GPU")
+    assert main(["--suite", name, "--json", str(tmp_path / "out.json")]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == (f"fp8ext.bench --suite {name}: needs an H100/H200 (sm_90) and a CUDA build of fp8ext "
+                            "(no CUDA GPU)\n")
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_peer_suites_fall_back_to_the_cpu_demo(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "gpu_problem", lambda: "no CUDA GPU")
+    assert main([]) == 0
+    assert "running the CPU correctness demo" in capsys.readouterr().out
+
+
+def peer_rows():
+    return [{"M": m, "N": 4096, "K": 4096, "use_fast_accum": fast, "kernel": "k", "fp8ext_us": 10.0,
+             "torch_rowwise_us": 11.0 if m < 1024 else 9.0, "torch_tensorwise_us": 10.5}
+            for m in (16, 2048) for fast in (True, False)]
+
+
+def test_peer_suite_record_keeps_its_format(fake_gpu, monkeypatch, capsys, tmp_path):
+    seen = {}
+
+    def fake_run_gpu(shapes, accums, timer, **kw):
+        seen.update(shapes=shapes, accums=accums, rep_ms=timer.rep_ms, **kw)
+        return peer_rows()
+
+    monkeypatch.setattr(peers_suite, "run_gpu", fake_run_gpu)
+    monkeypatch.setattr(peers_suite, "Timer", lambda rep_ms: type("T", (), {"rep_ms": rep_ms})())
+    path = tmp_path / "run.json"
+    assert main(["--suite", "custom", "--shapes", "16x4096x4096", "--json", str(path), "--quiet"]) == 0
+    assert seen["shapes"] == [(16, 4096, 4096)] and seen["accums"] == [True, False] and seen["rep_ms"] == 100
+    assert seen["rounds"] == 3 and seen["progress"] is False and seen["compile_peer"] is False
+    record = json.loads(path.read_text())
+    assert list(record) == RECORD_KEYS
+    assert record["suite"] == "custom" and record["gpu"] == "Fake GPU" and record["rows"] == peer_rows()
+    assert record["summary"]["fast all vs rowwise"] == pytest.approx((1.1 * 0.9) ** 0.5)
+    assert "interleaved turns of 33 ms per peer" in record["method"]
+    out = capsys.readouterr().out
+    assert "geomean speed-up of fp8ext (peer time / fp8ext time):" in out and f"wrote {path}" in out
+
+
+def zoo_rows_fake():
+    return [{"M": m, "N": 2048, "K": 5120, "weight": "w", "split": split, "accum": accum,
+             "use_fast_accum": accum == "fast", "fp8ext_us": 10.0, "fp8ext_kernels_us": 10.0,
+             "torch_rowwise_us": 10.0 * (1.2 if split == "tune" else 0.95), "kernel": "k", "kernels_kernel": "k",
+             "same_path": True, "tile_ratio": 1.0, "predicted_us": 9.0, "torch_predicted_us": 9.5}
+            for m in (1, 96, 300, 5000) for split in ("tune", "heldout") for accum in ("fast", "precise")]
+
+
+def test_zoo_record_and_plot(fake_gpu, monkeypatch, capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    monkeypatch.setattr(zoo_suite, "run_zoo", lambda rows, accums, timer, **kw: zoo_rows_fake())
+    monkeypatch.setattr(zoo_suite, "Timer", lambda rep_ms: None)
+    path, png = tmp_path / "zoo.json", tmp_path / "zoo.png"
+    assert main(["--suite", "zoo", "--json", str(path), "--plot", str(png), "--quiet"]) == 0
+    record = json.loads(path.read_text())
+    assert list(record) == RECORD_KEYS and record["suite"] == "zoo"
+    assert record["summary"]["heldout fast all"]["default"]["below 0.97"] == 4
+    assert png.stat().st_size > 0 and f"wrote {png}" in capsys.readouterr().out
+
+
+def test_plots_say_so_without_matplotlib(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    assert bench.plot_zoo(zoo_rows_fake(), str(tmp_path / "z.png")) is False
+    assert bench.plot(peer_rows(), str(tmp_path / "p.png")) is False
+    assert "matplotlib is not installed" in capsys.readouterr().out
+    assert not list(tmp_path.iterdir())
+
+
+def test_registered_suite_gets_the_header_and_its_defaults(fake_gpu, monkeypatch, capsys, tmp_path):
+    seen = {}
+
+    def probe(args):
+        seen.update(rep_ms=args.rep_ms, accum=args.accum)
+        return {"method": "m", "summary": {"ratio": 1.23456, "note": "text"}, "rows": [{"x": 1}]}
+
+    monkeypatch.setitem(bench.SUITES, "probe", bench.Suite("probe", probe, "a test suite", defaults={"rep_ms": 7}))
+    path = tmp_path / "sub" / "probe.json"
+    assert main(["--suite", "probe", "--json", str(path), "--plot", str(tmp_path / "p.png")]) == 0
+    assert seen == {"rep_ms": 7, "accum": "fast,precise"}
+    record = json.loads(path.read_text())
+    assert list(record) == RECORD_KEYS and record["suite"] == "probe" and record["rows"] == [{"x": 1}]
+    assert {k: record[k] for k in ("gpu", "torch")} == {"gpu": "Fake GPU", "torch": bench.common.torch.__version__}
+    out = capsys.readouterr().out
+    assert "probe summary:" in out and "1.235" in out and "text" in out
+    assert "--plot: the probe suite has no plot" in out

@@ -9,7 +9,7 @@ def literals():
     """Every string literal of the C++ and Python sources (C++ messages are built from several of them)."""
     found = []
     for path in [*ROOT.joinpath("csrc").rglob("*.cpp"), *ROOT.joinpath("csrc").rglob("*.cu"),
-                 *ROOT.joinpath("python", "fp8ext").glob("*.py")]:
+                 *ROOT.joinpath("python", "fp8ext").rglob("*.py")]:
         found += re.findall(r'"((?:[^"\\\n]|\\.)*)"', path.read_text())
     return found
 

@@ -1,0 +1,2 @@
+"""One module per suite; importing this package registers them all, in the order --help lists them."""
+from . import peers, zoo, floor, host, invariance, torch_compile, autotune, edge  # noqa: F401

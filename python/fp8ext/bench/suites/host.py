@@ -1,0 +1,54 @@
+"""host: host time per eager call, fp8ext.scaled_mm next to torch._scaled_mm.
+
+Both run the row-wise problem on the same tensors, in a loop of back-to-back calls with one synchronize at the
+end. The shapes are tiny, so the GPU finishes each kernel before the next launch arrives and the loop's time per
+call is the host's: Python, the op's checks and dispatch, the output allocation and the launch. In a CUDA graph
+none of this is paid per replay. A third loop allocates the output alone, for scale.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ... import ops
+from ...testing import random_operands
+from ..registry import register_suite
+
+SHAPES = [(1, 256, 256), (16, 512, 512)]
+
+
+def per_call_us(fn, calls: int) -> float:
+    """The best of three loops of `calls` back-to-back calls (other work on the host only adds time), per call."""
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return best
+
+
+@register_suite("host", help="host time per eager call: fp8ext.scaled_mm, the bare op, torch._scaled_mm",
+                options={"--calls": dict(type=int, default=5000, help="host suite: calls per timed loop")})
+def host(args) -> dict:
+    rows = []
+    for M, N, K in SHAPES:
+        a, b, sa, sb = random_operands(M, N, K, device="cuda")
+        kw = dict(out_dtype=torch.bfloat16, use_fast_accum=True)
+        loops = {"fp8ext_us": lambda: ops.scaled_mm(a, b, sa, sb, **kw),
+                 "fp8ext_op_us": lambda: torch.ops.fp8ext.scaled_mm(a, b, sa, sb, None, torch.bfloat16, True),
+                 "torch_rowwise_us": lambda: torch._scaled_mm(a, b, sa, sb, **kw),
+                 "empty_output_us": lambda: torch.empty((M, N), device="cuda", dtype=torch.bfloat16)}
+        row = {"M": M, "N": N, "K": K, **{k: per_call_us(fn, args.calls) for k, fn in loops.items()}}
+        rows.append(row)
+        print(f"{M}x{N}x{K}: fp8ext.scaled_mm {row['fp8ext_us']:.1f} us/call, torch.ops.fp8ext.scaled_mm "
+              f"{row['fp8ext_op_us']:.1f}, torch._scaled_mm {row['torch_rowwise_us']:.1f}, "
+              f"allocating the output alone {row['empty_output_us']:.1f}")
+    summary = {f"{k} (min..max)": f"{min(r[k] for r in rows):.1f}..{max(r[k] for r in rows):.1f}"
+               for k in ("fp8ext_us", "fp8ext_op_us", "torch_rowwise_us", "empty_output_us")}
+    return {"method": __doc__.split("\n\n")[1], "calls_per_loop": args.calls, "summary": summary, "rows": rows}
