@@ -1,9 +1,10 @@
 """host: host time per eager call, fp8ext.scaled_mm next to torch._scaled_mm.
 
-Both run the row-wise problem on the same tensors, in a loop of back-to-back calls with one synchronize at the
-end. The shapes are tiny, so the GPU finishes each kernel before the next launch arrives and the loop's time per
-call is the host's: Python, the op's checks and dispatch, the output allocation and the launch. In a CUDA graph
-none of this is paid per replay. A third loop allocates the output alone, for scale.
+fp8ext.scaled_mm, the bare op and torch._scaled_mm run the row-wise problem on the same tensors, in loops of
+back-to-back calls with one synchronize at the end. The shapes are tiny, so the GPU finishes each kernel before
+the next launch arrives and the loop's time per call is the host's: Python, the op's checks and dispatch, the
+output allocation and the launch. In a CUDA graph none of this is paid per replay. A fourth loop allocates the
+output alone, for scale. The loops take turns, five rounds, and the best loop of each is kept.
 """
 from __future__ import annotations
 
@@ -18,18 +19,22 @@ from ..registry import register_suite
 SHAPES = [(1, 256, 256), (16, 512, 512)]
 
 
-def per_call_us(fn, calls: int) -> float:
-    """The best of three loops of `calls` back-to-back calls (other work on the host only adds time), per call."""
-    for _ in range(200):
-        fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        for _ in range(calls):
+def per_call_us(loops: dict, calls: int, rounds: int = 5) -> dict:
+    """For each named function, the best of `rounds` loops of `calls` back-to-back calls, per call. The loops of the
+    different functions take turns, so that a host clock that drifts during the run lands on all of them alike;
+    the best loop is kept because other work on the host only adds time."""
+    for fn in loops.values():
+        for _ in range(200):
             fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    torch.cuda.synchronize()
+    best = {name: float("inf") for name in loops}
+    for _ in range(rounds):
+        for name, fn in loops.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+            best[name] = min(best[name], (time.perf_counter() - start) / calls * 1e6)
     return best
 
 
@@ -44,7 +49,7 @@ def host(args) -> dict:
                  "fp8ext_op_us": lambda: torch.ops.fp8ext.scaled_mm(a, b, sa, sb, None, torch.bfloat16, True),
                  "torch_rowwise_us": lambda: torch._scaled_mm(a, b, sa, sb, **kw),
                  "empty_output_us": lambda: torch.empty((M, N), device="cuda", dtype=torch.bfloat16)}
-        row = {"M": M, "N": N, "K": K, **{k: per_call_us(fn, args.calls) for k, fn in loops.items()}}
+        row = {"M": M, "N": N, "K": K, **per_call_us(loops, args.calls)}
         rows.append(row)
         print(f"{M}x{N}x{K}: fp8ext.scaled_mm {row['fp8ext_us']:.1f} us/call, torch.ops.fp8ext.scaled_mm "
               f"{row['fp8ext_op_us']:.1f}, torch._scaled_mm {row['torch_rowwise_us']:.1f}, "
