@@ -1,5 +1,6 @@
-// The op's one schema, its CPU backend, the autograd guard, and the autotune cache file's reader and writer. The CUDA backend registers itself in
-// scaled_mm_cuda.cu; the fake (meta) implementation lives in python/fp8ext/ops.py.
+// The ops' schemas (scaled_mm, quantize_rowwise), their CPU backends, the autograd guards, and the autotune cache
+// file's reader and writer. The CUDA backends register themselves in scaled_mm_cuda.cu and
+// quantize_rowwise_cuda.cpp; the fake (meta) implementations live in python/fp8ext/ops.py and quantize.py.
 #include <Python.h>
 
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -7,14 +8,21 @@
 #include <ATen/core/grad_mode.h>
 #include <torch/library.h>
 
+#include "quantize_rowwise_op.h"
 #include "scaled_mm.h"
 #include "sm90/autotune_cache.h"
 
 namespace fp8ext {
 namespace {
 
-// scaled_mm has no backward. Rather than return a result whose backward fails later (or silently has no
-// grad_fn), refuse at the call while grad mode would record it. Under no_grad()/inference_mode() this passes.
+// The ops have no backward. Rather than return a result whose backward fails later (or silently has no grad_fn),
+// refuse at the call while grad mode would record it. Under no_grad()/inference_mode() this passes.
+void refuse_grad(const char* op, const char* name, const at::Tensor* t) {
+  TORCH_CHECK(t == nullptr || !t->requires_grad(), op, ": ", name, ": requires grad, but ", op,
+              " is not differentiable (it has no backward). Call it under torch.no_grad() or "
+              "torch.inference_mode(), or pass ", name, ".detach()");
+}
+
 at::Tensor scaled_mm_autograd(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
                               const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
                               std::optional<at::ScalarType> out_dtype, bool use_fast_accum) {
@@ -22,17 +30,23 @@ at::Tensor scaled_mm_autograd(const at::Tensor& a, const at::Tensor& b, const at
     const std::pair<const char*, const at::Tensor*> inputs[] = {
         {"a", &a}, {"b", &b}, {"scale_a", &scale_a}, {"scale_b", &scale_b},
         {"bias", bias.has_value() ? &*bias : nullptr}};
-    for (const auto& [name, t] : inputs) {
-      TORCH_CHECK(t == nullptr || !t->requires_grad(), "fp8ext.scaled_mm: ", name,
-                  ": requires grad, but fp8ext.scaled_mm is not differentiable (it has no backward). "
-                  "Call it under torch.no_grad() or torch.inference_mode(), or pass ", name, ".detach()");
-    }
+    for (const auto& [name, t] : inputs) refuse_grad("fp8ext.scaled_mm", name, t);
   }
   at::AutoDispatchBelowADInplaceOrView guard;
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("fp8ext::scaled_mm", "")
                        .typed<decltype(scaled_mm_autograd)>();
   return op.call(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum);
+}
+
+std::tuple<at::Tensor, at::Tensor> quantize_rowwise_autograd(const at::Tensor& x, std::optional<at::ScalarType> dtype,
+                                                             std::optional<double> scale_ub) {
+  if (at::GradMode::is_enabled()) refuse_grad("fp8ext.quantize_rowwise", "x", &x);
+  at::AutoDispatchBelowADInplaceOrView guard;
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("fp8ext::quantize_rowwise", "")
+                       .typed<decltype(quantize_rowwise_autograd)>();
+  return op.call(x, dtype, scale_ub);
 }
 
 // Validation on metadata alone, for the fake implementation (python/fp8ext/ops.py): each operand comes as
@@ -59,6 +73,12 @@ void check_scaled_mm_meta_op(at::IntArrayRef a, at::ScalarType a_dtype, at::Devi
   check_scaled_mm_meta(operand_meta(a, a_dtype, a_device), operand_meta(b, b_dtype, b_device),
                        operand_meta(scale_a, scale_a_dtype, scale_a_device),
                        operand_meta(scale_b, scale_b_dtype, scale_b_device), bias_meta, out_dtype);
+}
+
+// quantize_rowwise's validation on metadata alone, for its fake implementation (python/fp8ext/quantize.py).
+void check_quantize_rowwise_meta_op(at::IntArrayRef sizes, at::IntArrayRef strides, at::ScalarType x_dtype,
+                                    std::optional<at::ScalarType> dtype, std::optional<double> scale_ub) {
+  check_quantize_rowwise(sizes, strides, x_dtype, dtype, scale_ub);
 }
 
 // The autotune cache file, in every build (a CPU-only one included) so that python/fp8ext/autotune.py reads it
@@ -96,13 +116,24 @@ TORCH_LIBRARY(fp8ext, m) {
       "ScalarType scale_b_dtype, Device scale_b_device, int[]? bias, ScalarType? bias_dtype, Device? bias_device, "
       "ScalarType? out_dtype) -> ()",
       &check_scaled_mm_meta_op);
+  m.def("quantize_rowwise(Tensor x, ScalarType? dtype=None, float? scale_ub=None) -> (Tensor, Tensor)");
+  m.def(
+      "_check_quantize_rowwise_meta(int[] sizes, int[] strides, ScalarType x_dtype, ScalarType? dtype, "
+      "float? scale_ub) -> ()",
+      &check_quantize_rowwise_meta_op);
   m.def("_autotune_cache_read(str path) -> (str, str[])", &autotune_cache_read);
   m.def("_autotune_cache_write(str path, str[] buckets, str[] kernels) -> str", &autotune_cache_write);
 }
 
-TORCH_LIBRARY_IMPL(fp8ext, CPU, m) { m.impl("scaled_mm", &scaled_mm_cpu); }
+TORCH_LIBRARY_IMPL(fp8ext, CPU, m) {
+  m.impl("scaled_mm", &scaled_mm_cpu);
+  m.impl("quantize_rowwise", &quantize_rowwise_cpu);
+}
 
-TORCH_LIBRARY_IMPL(fp8ext, Autograd, m) { m.impl("scaled_mm", &scaled_mm_autograd); }
+TORCH_LIBRARY_IMPL(fp8ext, Autograd, m) {
+  m.impl("scaled_mm", &scaled_mm_autograd);
+  m.impl("quantize_rowwise", &quantize_rowwise_autograd);
+}
 
 }  // namespace fp8ext
 

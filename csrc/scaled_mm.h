@@ -4,11 +4,16 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/accumulate.h>
 
 namespace fp8ext {
+
+// The names users know from Python ("torch.bfloat16", "[2, 32, 64]"), for the ops' error messages.
+std::string dtype_name(at::ScalarType t);
+std::string shape_str(at::IntArrayRef sizes);
 
 // What validation learned about a call, so the backends need not re-derive it.
 struct ScaledMmProblem {

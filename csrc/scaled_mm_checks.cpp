@@ -15,9 +15,6 @@
 #include "scaled_mm.h"
 
 namespace fp8ext {
-namespace {
-
-constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();  // CUTLASS problem sizes are int
 
 std::string dtype_name(at::ScalarType t) {
   switch (t) {
@@ -52,6 +49,10 @@ std::string shape_str(at::IntArrayRef sizes) {
   os << "]";
   return os.str();
 }
+
+namespace {
+
+constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();  // CUTLASS problem sizes are int
 
 bool is_fp8(at::ScalarType t) { return t == at::kFloat8_e4m3fn || t == at::kFloat8_e5m2; }
 

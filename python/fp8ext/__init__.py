@@ -4,6 +4,11 @@
     out = fp8ext.scaled_mm(a, w.t(), scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, use_fast_accum=True)
 
 The same op is `torch.ops.fp8ext.scaled_mm` (torch.compile, CUDA graphs and torch.library.opcheck work with it).
+
+From a bf16 model to FP8 (docs/model_path.md): `fp8ext.convert(model)` swaps its nn.Linear layers for
+`fp8ext.nn.Float8Linear`, built on `fp8ext.quantize_rowwise` (also `torch.ops.fp8ext.quantize_rowwise`);
+`fp8ext.f8f8bf16_rowwise` takes FBGEMM's argument convention; `fp8ext.TorchaoConfig` (needs torchao) is the same
+swap as a `torchao.quantization.quantize_` config.
 """
 from __future__ import annotations
 
@@ -13,10 +18,14 @@ from importlib import resources
 from .autotune import _configure_from_environment, autotune, autotune_entries
 from .ops import (_has_cuda_kernels, backends, force_kernel, kernel_names, kernel_traits, scaled_mm,
                   selected_kernel, set_backends)
+from .quantize import f8f8bf16_rowwise, quantize_rowwise
+from . import nn
+from .nn import ConvertReport, Float8Linear, convert
 
 __version__ = "0.1.0"
 __all__ = ["scaled_mm", "kernel_names", "kernel_traits", "selected_kernel", "force_kernel", "set_backends",
-           "backends", "autotune", "autotune_entries", "build_info", "__version__"]
+           "backends", "autotune", "autotune_entries", "build_info", "__version__", "quantize_rowwise",
+           "f8f8bf16_rowwise", "nn", "Float8Linear", "convert", "ConvertReport", "TorchaoConfig"]
 
 if _has_cuda_kernels():
     # Part of the autotuner's cache key: a choice measured under other versions is tuned again.
@@ -24,6 +33,18 @@ if _has_cuda_kernels():
 
     _torch.ops.fp8ext._set_software_key(f"cuda{_torch.version.cuda}/torch{_torch.__version__}/fp8ext{__version__}")
 _configure_from_environment()
+
+
+def __getattr__(name: str):
+    # TorchaoConfig needs torchao, an optional dependency: imported (and its handler registered) on first use.
+    if name == "TorchaoConfig":
+        try:
+            from ._torchao import TorchaoConfig
+        except ImportError as e:
+            raise ImportError(f"fp8ext.TorchaoConfig needs torchao, which could not be imported ({e}); "
+                              "pip install torchao, or use fp8ext.convert(model), which does the same swap") from e
+        return TorchaoConfig
+    raise AttributeError(f"module 'fp8ext' has no attribute {name!r}")
 
 
 def build_info() -> dict:

@@ -1,0 +1,73 @@
+// Row-wise FP8 quantization: the numerics that the CPU path (quantize_rowwise_op.cpp) and the CUDA kernel
+// (quantize_rowwise.cu) share, and the plain-C++ interface of the kernel's launcher. No libtorch here.
+//
+// For each row x[r, :] of K values (computed in float32):
+//   amax  = max |x[r, k]|;  amax = min(amax, scale_ub) if scale_ub is given;  amax = max(amax, 1e-12)
+//   scale = amax / FP8_MAX                       (448 for e4m3fn, 57344 for e5m2)
+//   q[r, k] = fp8(clamp(x[r, k] / scale, -FP8_MAX, FP8_MAX))   (round to nearest even)
+// so that q * scale approximates x. A NaN in a row makes its amax, its scale and every q of it NaN; the
+// comparisons below are written so that both paths propagate it the same way (fminf/fmaxf would drop it).
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define FP8EXT_HOST_DEVICE __host__ __device__
+#else
+#define FP8EXT_HOST_DEVICE
+#endif
+
+namespace fp8ext {
+
+// The smallest amax: an all-zero row gets a finite, nonzero scale (and all-zero q) instead of 0 / 0.
+constexpr float kQuantizeMinAmax = 1e-12f;
+constexpr float kE4M3Max = 448.0f;
+constexpr float kE5M2Max = 57344.0f;
+
+// max(a, |v|), NaN-propagating: once a NaN is seen the result stays NaN.
+FP8EXT_HOST_DEVICE inline float abs_max_nan(float a, float v) {
+  const float m = v < 0.0f ? -v : v;
+  return (m > a || m != m) ? m : a;
+}
+
+// The row's scale from its amax (scale_ub <= 0 means none was given; validation admits only finite ub > 0).
+FP8EXT_HOST_DEVICE inline float rowwise_scale(float amax, float scale_ub, float fp8_max) {
+  if (scale_ub > 0.0f && amax > scale_ub) amax = scale_ub;
+  if (amax < kQuantizeMinAmax) amax = kQuantizeMinAmax;
+  return amax / fp8_max;
+}
+
+// x / scale clamped to the finite FP8 range (NaN passes through), before the round-to-nearest-even cast.
+FP8EXT_HOST_DEVICE inline float rowwise_scaled(float x, float scale, float fp8_max) {
+  const float v = x / scale;
+  return v > fp8_max ? fp8_max : (v < -fp8_max ? -fp8_max : v);
+}
+
+enum class QuantSrc : uint8_t { kBF16, kFP16, kFP32 };
+enum class QuantDst : uint8_t { kE4M3, kE5M2 };
+
+// One call: `rows` rows of K elements. Row r starts at element
+//   (r / inner_rows) * outer_stride + (r % inner_rows) * inner_stride
+// of x (a 2-D [M, K] tensor is inner_rows = M, outer_stride = 0; a 3-D [B, S, K] one is inner_rows = S); the
+// last dimension is contiguous. q is a contiguous [rows, K] byte buffer, scale a contiguous [rows] float buffer.
+struct QuantizeRowwiseParams {
+  const void* x = nullptr;
+  QuantSrc src = QuantSrc::kBF16;
+  int64_t rows = 0, K = 0;
+  int64_t inner_rows = 1, outer_stride = 0, inner_stride = 0;  // in elements
+  void* q = nullptr;
+  QuantDst dst = QuantDst::kE4M3;
+  float* scale = nullptr;
+  float scale_ub = 0.0f;  // <= 0: none
+};
+
+}  // namespace fp8ext
+
+#if defined(FP8EXT_WITH_CUDA)
+#include <cuda_runtime_api.h>
+
+namespace fp8ext {
+// Launches the kernel on `stream` (nothing for rows == 0) and returns the launch's error. Allocates nothing.
+cudaError_t launch_quantize_rowwise(const QuantizeRowwiseParams& p, cudaStream_t stream);
+}  // namespace fp8ext
+#endif

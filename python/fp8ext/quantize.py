@@ -1,0 +1,115 @@
+"""Row-wise FP8 quantization (`fp8ext.quantize_rowwise`) and the FBGEMM-style GEMM entry (`fp8ext.f8f8bf16_rowwise`).
+
+`torch.ops.fp8ext.quantize_rowwise` is defined in C++ (csrc/bindings.cpp, CPU path in
+csrc/quantize_rowwise_op.cpp, CUDA kernel in csrc/quantize_rowwise.cu); this module adds its fake implementation
+and the documented Python entries. docs/model_path.md describes the numerics.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import _C  # noqa: F401  (loading the library registers torch.ops.fp8ext)
+from .ops import _size_hint, scaled_mm
+
+E4M3 = torch.float8_e4m3fn
+
+
+def quantize_rowwise(x: torch.Tensor, dtype: torch.dtype = E4M3,
+                     scale_ub: Optional[float] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize each row (last dimension) of ``x`` to FP8 with its own float32 scale: ``(x_fp8, scale)``.
+
+    For each row, in float32::
+
+        amax  = max(|x|)                       # over the row
+        amax  = min(amax, scale_ub)            # only if scale_ub is given
+        amax  = max(amax, 1e-12)               # an all-zero row gets a finite scale
+        scale = amax / FP8_MAX                 # 448 for float8_e4m3fn, 57344 for float8_e5m2
+        x_fp8 = fp8(clamp(x / scale, -FP8_MAX, FP8_MAX))   # round to nearest even
+
+    so that ``x_fp8.float() * scale`` approximates ``x``; ``scale`` is what fp8ext.scaled_mm takes as scale_a
+    (per token) or, for a weight ``[N, K]``, as scale_b (``scale.view(1, N)``). A NaN in a row makes the row's
+    scale and every value of it NaN. CPU and CUDA compute the same bits.
+
+    Args:
+        x: bfloat16, float16 or float32, 2-D ``[M, K]`` or 3-D ``[B, S, K]``, last dimension contiguous, K a
+            positive multiple of 16. Other strides are fine (no copy is made).
+        dtype: ``torch.float8_e4m3fn`` (default) or ``torch.float8_e5m2``.
+        scale_ub: optional upper bound on amax (a finite float > 0, taken in float32): values beyond
+            ``scale_ub`` saturate at FP8_MAX instead of stretching the row's scale (outliers, inf).
+
+    Returns:
+        ``x_fp8``: x's shape, ``dtype``, contiguous; ``scale``: float32 of shape ``x.shape[:-1] + (1,)``. Both are
+        new tensors and the only ones allocated.
+
+    Not differentiable: with grad mode on, an ``x`` that requires grad is refused. Bad arguments raise
+    ``RuntimeError`` naming the argument, what is accepted and what was given (traced calls raise the same).
+    """
+    return torch.ops.fp8ext.quantize_rowwise(x, dtype, scale_ub)
+
+
+@torch.library.register_fake("fp8ext::quantize_rowwise")
+def _quantize_rowwise_fake(x, dtype=None, scale_ub=None):
+    # The C++ validation on the traced tensor's metadata, so that tracing raises the eager messages.
+    torch.ops.fp8ext._check_quantize_rowwise_meta([_size_hint(s) for s in x.shape],
+                                                  [_size_hint(s) for s in x.stride()], x.dtype, dtype, scale_ub)
+    q = x.new_empty(x.shape, dtype=E4M3 if dtype is None else dtype)
+    return q, x.new_empty((*x.shape[:-1], 1), dtype=torch.float32)
+
+
+def _check(cond: bool, arg: str, message: str) -> None:
+    if not cond:
+        raise ValueError(f"fp8ext.f8f8bf16_rowwise: {arg}: {message}")
+
+
+def _scale_vector(scale: torch.Tensor, arg: str, length: int, shapes: tuple, accepted: str) -> torch.Tensor:
+    _check(scale.dtype == torch.float32, arg, f"expected dtype torch.float32, got {scale.dtype}")
+    _check(tuple(scale.shape) in shapes, arg, f"expected shape {accepted}, got {tuple(scale.shape)}")
+    return scale.reshape(length)
+
+
+def f8f8bf16_rowwise(XQ: torch.Tensor, WQ: torch.Tensor, x_scale: torch.Tensor, w_scale: torch.Tensor,
+                     bias: Optional[torch.Tensor] = None, use_fast_accum: bool = True,
+                     output: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """FBGEMM's / MSLK's ``f8f8bf16_rowwise`` convention on fp8ext.scaled_mm:
+    ``out[m, n] = x_scale[m] * w_scale[n] * sum_k XQ[m, k] * WQ[n, k] (+ bias[n])`` in bfloat16.
+
+    Args:
+        XQ: ``[M, K]`` float8_e4m3fn activations (e.g. from quantize_rowwise).
+        WQ: ``[N, K]`` float8_e4m3fn weight, row-major as stored (not transposed).
+        x_scale: float32 ``[M]`` or ``[M, 1]``.
+        w_scale: float32 ``[N]``, ``[1, N]`` or ``[N, 1]``.
+        bias: optional ``[N]`` bfloat16 (added in float32 before the one rounding) or float32 (rounded to
+            bfloat16 first: fp8ext.scaled_mm takes a bias of the output's dtype).
+        use_fast_accum: as in fp8ext.scaled_mm.
+        output: optional ``[M, N]`` bfloat16 tensor on XQ's device to receive the result. It is filled by a copy
+            of the op's result (fp8ext.scaled_mm has no out= variant), so it saves no memory.
+
+    Returns:
+        The ``[M, N]`` bfloat16 result (``output`` itself if given).
+
+    Shape, dtype and device mistakes of the arguments above raise ``ValueError`` naming the argument; the rest
+    (K or N not a multiple of 16, alignment) raise fp8ext.scaled_mm's RuntimeError, where ``a`` is XQ and ``b`` is
+    ``WQ.t()``.
+    """
+    _check(XQ.dim() == 2, "XQ", f"expected a 2-D tensor [M, K], got shape {tuple(XQ.shape)}")
+    _check(WQ.dim() == 2, "WQ", f"expected a 2-D tensor [N, K] (the weight as stored, not transposed), "
+                                f"got shape {tuple(WQ.shape)}")
+    (M, K), N = XQ.shape, WQ.shape[0]
+    _check(WQ.shape[1] == K, "WQ", f"expected shape [N, K] with K = {K} (XQ is {list(XQ.shape)}), "
+                                   f"got {list(WQ.shape)}")
+    sa = _scale_vector(x_scale, "x_scale", M, ((M,), (M, 1)), f"(M,) or (M, 1) with M = {M}")
+    sb = _scale_vector(w_scale, "w_scale", N, ((N,), (1, N), (N, 1)), f"(N,), (1, N) or (N, 1) with N = {N}")
+    if bias is not None:
+        _check(bias.dtype in (torch.bfloat16, torch.float32), "bias",
+               f"expected dtype torch.bfloat16 or torch.float32, got {bias.dtype}")
+        bias = bias.to(torch.bfloat16)
+    if output is not None:
+        _check(tuple(output.shape) == (M, N) and output.dtype == torch.bfloat16 and output.device == XQ.device,
+               "output", f"expected a torch.bfloat16 tensor of shape ({M}, {N}) on {XQ.device}, got "
+                         f"{output.dtype} of shape {tuple(output.shape)} on {output.device}")
+    out = scaled_mm(XQ, WQ.t(), sa, sb, bias=bias, out_dtype=torch.bfloat16, use_fast_accum=use_fast_accum)
+    if output is None:
+        return out
+    return output.copy_(out)

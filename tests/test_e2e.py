@@ -1,0 +1,38 @@
+"""fp8ext.e2e's comparison logic on CPU, on a tiny Llama (the ops' CPU paths stand in for the kernels), and its
+refusal without an sm_90 GPU."""
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+from fp8ext import e2e  # noqa: E402
+from fp8ext.nn import Float8Linear  # noqa: E402
+
+
+def test_tiny_comparison_on_cpu():
+    result = e2e.compare("tiny", layers=2, vocab=256, device="cpu", prefill_shapes=[(2, 16)], decode_batches=[2],
+                         ctx=8, timed=False)
+    # 2 layers x (q, k, v, o, gate, up, down); lm_head stays bf16.
+    assert result["convert"]["swapped"] == 14 and result["convert"]["skipped"] == [["lm_head",
+                                                                                   "lm_head (skip_lm_head=True)"]]
+    (pre,), (dec,) = result["prefill"], result["decode"]
+    assert set(pre["rel_err"]) == set(dec["rel_err"]) == {"fp8ext", "torch_rowwise"}
+    for errs in (*pre["rel_err"].values(), *dec["rel_err"].values()):
+        assert all(0 < e < 0.2 for e in errs.values()), errs
+    # The peer uses the same FP8 weights and the same activation formula: the two FP8 variants agree closely.
+    assert abs(pre["rel_err"]["fp8ext"]["hidden"] - pre["rel_err"]["torch_rowwise"]["hidden"]) < 0.02
+
+
+def test_peer_matches_float8linear():
+    f8 = Float8Linear.from_linear(torch.nn.Linear(64, 32, dtype=torch.bfloat16))
+    x = torch.randn(3, 5, 64).bfloat16()
+    with torch.inference_mode():
+        torch.testing.assert_close(e2e.TorchRowwiseLinear(f8)(x), f8(x), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
+def test_refuses_in_one_line_without_a_gpu(capsys):
+    assert e2e.main([]) == 1
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and out.startswith("fp8ext.e2e: needs a CUDA GPU")
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        e2e.run(e2e.parse_args([]))
