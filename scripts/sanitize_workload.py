@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""A small workload for compute-sanitizer: every built kernel (forced by name) on tail shapes.
+"""A small workload for compute-sanitizer: every built kernel (forced by name) on tail shapes, and the
+quantize_rowwise kernel at each of its row widths, with and without 16-byte alignment.
 
 M in {1, 17, 255, 257} (no tile multiple), N = 144 (not a multiple of 64 or 128), K = 16 (the minimum) and
 K = 272, with bias; plus the tensor-wise route and empty shapes. Results are checked against float64 too, so a
@@ -7,7 +8,8 @@ kernel that writes out of bounds *and* one that computes garbage both fail. Run 
 
     --quick             one tail shape per kernel (M = 257, or 3 for the GEMV; K = 272): for racecheck, which
                         is slow, and whose subject (shared memory) does not depend on the shape
-    --kernels PATTERNS  only the kernels matching these fnmatch patterns (comma-separated)
+    --kernels PATTERNS  only the kernels matching these fnmatch patterns (comma-separated; quantize_rowwise is
+                        one of the names)
     --no-check          do not read the outputs back (for initcheck: it does not see the epilogue's TMA stores,
                         so every read of a CUTLASS kernel's output is reported as uninitialized; measured on the
                         H200, 2026-11-29: all 152640 output elements of one kernel's sweep, while the same outputs
@@ -28,6 +30,27 @@ SHAPES = [(M, 144, K) for M in (1, 17, 255, 257) for K in (16, 272)]
 def decode_shapes(max_m: int) -> list[tuple[int, int, int]]:
     """The hand-written decode kernels compute M <= max_m (kernel_max_m)."""
     return [(M, 144, K) for M in sorted({1, 3, max_m // 2 + 1, max_m}) for K in (16, 272)]
+
+
+def quantize_launches(check: bool) -> int:
+    """quantize_rowwise on rows of each width class of its kernel (a warp, 128 or 512 threads per row), from each
+    input dtype to each FP8 format, 2-D and 3-D, aligned and not (a view that starts one element into a wider
+    buffer takes the element-wise loads); checked bit for bit against the CPU path."""
+    launches = 0
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for fp8 in (torch.float8_e4m3fn, torch.float8_e5m2):
+            for M, K in ((1, 16), (9, 1024), (9, 2048), (3, 8192)):
+                wide = torch.randn(M, K + 16, device="cuda", dtype=dtype)
+                for what, x in (("aligned", wide[:, :K]), ("unaligned", wide[:, 1:1 + K]),
+                                ("3-D", wide[:, :K].reshape(1, M, K))):
+                    print(f"launch quantize_rowwise {what} {M}x{K} {dtype} -> {fp8}", flush=True)
+                    q, scale = fp8ext.quantize_rowwise(x, dtype=fp8, scale_ub=1.5 if M == 9 else None)
+                    if check:
+                        q_ref, scale_ref = fp8ext.quantize_rowwise(x.cpu(), dtype=fp8, scale_ub=1.5 if M == 9 else None)
+                        assert torch.equal(q.cpu().view(torch.uint8), q_ref.view(torch.uint8)), (what, M, K, dtype)
+                        assert torch.equal(scale.cpu(), scale_ref), (what, M, K, dtype)
+                    launches += 1
+    return launches
 
 
 def main() -> int:
@@ -58,6 +81,8 @@ def main() -> int:
                 if not args.no_check:
                     check_against_reference(out, a, b, sa, sb, bias, use_fast_accum=fast, what=f"{name} {M}x{N}x{K}")
                 launches += 1
+    if any(fnmatch.fnmatch("quantize_rowwise", p) for p in patterns):
+        launches += quantize_launches(check=not args.no_check)
     # tensor-wise (cuBLAS route) and the empty shapes
     a, b = random_fp8(17, 272, device="cuda"), random_fp8(144, 272, device="cuda").t()
     one = torch.ones((), device="cuda")
