@@ -13,9 +13,12 @@
 # a process per shape within FP8EXT_INDUCTOR_BUDGET_S, default 420 s), multigpu (needs 2 GPUs), invariance (batch
 # invariance through dispatch), host (host time per eager call), floor (decode against an empty kernel and a plain
 # read), autotune (the autotuner's picks against the cost model's), edge (NaN, inf, zero scales and overflow against
-# cuBLASLt), sanitize (scripts/sanitize.sh). Each of inductor, invariance, host, floor, autotune and edge is
-# `python -m fp8ext.bench --suite NAME` (NAME inductor-peer for inductor), its record in $OUT_DIR/NAME.json and its
-# output in $OUT_DIR/NAME.log. Wheels that the machine lacks (nvidia-cutlass for the headers) may be placed
+# cuBLASLt), model (a Llama-3 8B/70B-shaped decoder stack end to end: bf16, fp8ext.convert, torch row-wise and
+# torchao; prefill and decode tokens/s, top-1 agreement; plot in $OUT_DIR/model.png), quantize (quantize_rowwise
+# against copy bandwidth and an empty launch), linear (Float8Linear against bf16 nn.Linear on Llama-3 layers),
+# sanitize (scripts/sanitize.sh). Each of inductor, invariance, host, floor, autotune, edge, model, quantize and
+# linear is `python -m fp8ext.bench --suite NAME` (NAME inductor-peer for inductor), its record in
+# $OUT_DIR/NAME.json and its output in $OUT_DIR/NAME.log. Wheels that the machine lacks (nvidia-cutlass for the headers) may be placed
 # in .whl/; they are installed to a private prefix first. The build is in place and incremental (build/ is
 # reused when the machine is still warm).
 set -euo pipefail
@@ -148,6 +151,18 @@ if [[ $STAGES == *,edge,* ]]; then
   grep -c '^{' "$OUT_DIR/edge.log" | sed 's/^/edge numerics rows: /'
   sed -n '/edge summary/,$p' "$OUT_DIR/edge.log"
 fi
+
+if [[ $STAGES == *,model,* ]]; then
+  probe model --plot "$OUT_DIR/model.png"
+  sed -n '/model summary/,$p' "$OUT_DIR/model.log"
+fi
+
+for name in quantize linear; do
+  if [[ $STAGES == *,$name,* ]]; then
+    probe "$name"
+    sed -n "/$name summary/,\$p" "$OUT_DIR/$name.log"
+  fi
+done
 
 if [[ $STAGES == *,sanitize,* ]]; then
   bash scripts/sanitize.sh "$OUT_DIR"

@@ -1,5 +1,5 @@
-"""fp8ext.e2e's comparison logic on CPU, on a tiny Llama (the ops' CPU paths stand in for the kernels), and its
-refusal without an sm_90 GPU."""
+"""fp8ext.e2e (the model suite of fp8ext.bench): its comparison logic on CPU, on a tiny Llama (the ops' CPU paths
+stand in for the kernels), a repeatable decode step, and its refusal without an sm_90 GPU."""
 import pytest
 import torch
 
@@ -10,7 +10,7 @@ from fp8ext.nn import Float8Linear  # noqa: E402
 
 def test_tiny_comparison_on_cpu():
     result = e2e.compare("tiny", layers=2, vocab=256, device="cpu", prefill_shapes=[(2, 16)], decode_batches=[2],
-                         ctx=8, timed=False)
+                         ctx=8, timed=False, torchao=False)
     # 2 layers x (q, k, v, o, gate, up, down); lm_head stays bf16.
     assert result["convert"]["swapped"] == 14 and result["convert"]["skipped"] == [["lm_head",
                                                                                    "lm_head (skip_lm_head=True)"]]
@@ -29,10 +29,18 @@ def test_peer_matches_float8linear():
         torch.testing.assert_close(e2e.TorchRowwiseLinear(f8)(x), f8(x), rtol=1e-2, atol=1e-2)
 
 
+def test_decode_step_repeats():
+    # Timing and CUDA graphs call the step again and again: it must write the same cache slot every time.
+    model = e2e.build_model("tiny", 1, 256, "cpu")
+    with torch.inference_mode():
+        step = e2e.decode_step(model, 2, 8, 256, "cpu")
+        first = step().clone()
+        for _ in range(3):
+            torch.testing.assert_close(step(), first, rtol=0, atol=0)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
 def test_refuses_in_one_line_without_a_gpu(capsys):
     assert e2e.main([]) == 1
-    out = capsys.readouterr().out
-    assert out.count("\n") == 1 and out.startswith("fp8ext.e2e: needs a CUDA GPU")
-    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
-        e2e.run(e2e.parse_args([]))
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("fp8ext.bench --suite model: needs an H100/H200 (sm_90)")

@@ -11,9 +11,13 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import torch
+from torch import nn
 
 from .. import ops
+from ..nn import Float8Linear
 from ..testing import random_operands, random_scales
+
+E4M3 = torch.float8_e4m3fn
 
 LLAMA_NK = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (10240, 8192), (8192, 8192),
             (57344, 8192), (8192, 28672), (18432, 16384), (16384, 16384), (106496, 16384), (16384, 53248)]
@@ -134,3 +138,87 @@ def pyplot():
         print("fp8ext.bench: matplotlib is not installed, so no plot is written (pip install matplotlib)")
         return None
     return plt
+
+
+def failure(e: BaseException) -> str:
+    """An exception as the one-line string a record keeps in place of a measurement."""
+    first = str(e).splitlines()[0][:200] if str(e) else ""
+    return f"failed: {type(e).__name__}: {first}"
+
+
+def guarded(fn: Callable[[], object]):
+    """fn()'s value, or failure()'s string: one measurement that this model, torch or library version cannot take
+    is recorded in the JSON instead of ending the suite."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001
+        return failure(e)
+
+
+def split_failures(fns: dict[str, Callable[[], object]]) -> tuple[dict, dict[str, str]]:
+    """Calls each fn once: (the fns that ran, {name: failure string} for those that raised). Timing loops then run
+    only the fns that work, so one broken peer costs its own numbers and not the row's."""
+    ok, errors = {}, {}
+    for name, fn in fns.items():
+        result = guarded(fn)
+        if isinstance(result, str) and result.startswith("failed: "):
+            errors[name] = result
+        else:
+            ok[name] = fn
+    return ok, errors
+
+
+def torch_quantize_rowwise(x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp8ext.quantize_rowwise's formula (e4m3, no scale_ub) on a 2-D input in plain eager torch ops: a reduction
+    for amax, the scale, then divide, clamp and cast, each its own kernel unless torch.compile fuses them."""
+    amax = x2.abs().amax(dim=-1, keepdim=True).float().clamp(min=1e-12)
+    scale = amax / 448.0
+    return (x2.float() / scale).clamp(-448.0, 448.0).to(E4M3), scale
+
+
+class TorchRowwiseLinear(nn.Module):
+    """The peer of Float8Linear: its FP8 weight and per-row scales, with the activation quantized per token in plain
+    torch ops (torch_quantize_rowwise) and the GEMM by torch._scaled_mm row-wise, bias added after (torch's
+    row-wise path takes no bias everywhere)."""
+
+    def __init__(self, f8: Float8Linear):
+        super().__init__()
+        self.in_features, self.out_features, self.use_fast_accum = f8.in_features, f8.out_features, f8.use_fast_accum
+        self.weight, self.bias = f8.weight, f8.bias
+        self.weight_scale = nn.Parameter(f8.weight_scale.detach().view(1, -1), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xq, scale = torch_quantize_rowwise(x.reshape(-1, self.in_features))
+        out = torch._scaled_mm(xq, self.weight.t(), scale, self.weight_scale, out_dtype=x.dtype,
+                               use_fast_accum=self.use_fast_accum)
+        if self.bias is not None:
+            out = out + self.bias.to(x.dtype)
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """The largest per-token (last dimension) relative L2 error of `out` against `ref`."""
+    out, ref = out.float().flatten(0, -2), ref.float().flatten(0, -2)
+    return float(((out - ref).norm(dim=-1) / ref.norm(dim=-1).clamp(min=1e-30)).max())
+
+
+def ratio(num, den) -> Optional[float]:
+    """num / den where both are measured (positive numbers, not failure strings), else None."""
+    ok = all(isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0 for t in (num, den))
+    return num / den if ok else None
+
+
+def timed_or_failed(timer, fns: dict[str, Callable[[], object]], rounds: int) -> dict:
+    """timer.interleaved() of the fns that run, in us; the failure string in place of each fn that raises."""
+    ok, errors = split_failures(fns)
+    try:
+        times = timer.interleaved(ok, rounds) if ok else {}
+    except Exception as e:  # noqa: BLE001
+        times = {n: failure(e) for n in ok}
+    return {n: times.get(n, errors.get(n)) for n in fns}
+
+
+def acceptance(values: list, expected: int, passes: Callable[[list], bool]):
+    """passes(values) where every one of the `expected` measurements was taken, else "incomplete": an acceptance
+    is not judged on the rows that happened to survive."""
+    return bool(passes(values)) if values and len(values) == expected else "incomplete"

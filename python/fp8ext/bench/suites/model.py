@@ -1,0 +1,428 @@
+"""model: end to end, a Llama decoder stack in bf16, converted with fp8ext.convert, with torch's own row-wise FP8
+and with torchao's row-wise FP8.
+
+The model is transformers' LlamaForCausalLM with random bf16 weights and Llama-3 layer shapes (8B: hidden 4096,
+intermediate 14336, 32 heads, 8 KV heads; 70B: 8192, 28672, 64, 8), --layers decoder layers (default 2) and the
+full vocabulary. Variants of the same weights:
+
+    bf16           the model as built
+    fp8ext         fp8ext.convert(model): every Linear but lm_head a Float8Linear (quantize_rowwise + scaled_mm)
+    torch_rowwise  fp8ext's FP8 weights and scales, the activation quantized per token in plain torch ops and the
+                   GEMM by torch._scaled_mm row-wise (TorchRowwiseLinear): the peer fp8ext replaces
+    torchao        torchao.quantization.quantize_(Float8DynamicActivationFloat8WeightConfig(granularity=PerRow()))
+                   on a copy of the bf16 model, lm_head left in bf16 as fp8ext.convert leaves it (only where
+                   torchao imports; why it is missing is recorded)
+
+Measured per config: prefill (batch x seq 1x2048 and 8x512, the last token's logits) and decode (one new token
+per sequence, batch 1, 8 and 64, against a static KV cache of --ctx tokens; eager and replayed as a CUDA graph):
+ms per forward (median of CUDA-event timings, --iters forwards split over --rounds interleaved turns), tokens/s
+(prefill batch * seq / time, decode batch / time per step), each variant's speed-up over bf16 and fp8ext's over
+torch_rowwise and torchao; against bf16, the largest per-token relative L2 error of the final hidden states and the
+logits, and top-1 agreement (the fraction of positions whose argmax equals bf16's) over 512 prefill positions (the
+last 512 // batch positions of each sequence) and over the batch's decode positions. A failure of one variant or
+one measurement is recorded as a "failed: ..." string in its place.
+"""
+from __future__ import annotations
+
+import copy
+import gc
+import math
+import statistics
+from typing import Callable, Optional
+
+import torch
+from torch import nn
+
+from ...nn import Float8Linear, convert
+from ..common import TorchRowwiseLinear, failure, geomean, guarded, pyplot, ratio, rel_err, split_failures
+from ..registry import register_suite
+
+CONFIGS = {
+    "8b": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8),
+    "70b": dict(hidden_size=8192, intermediate_size=28672, num_attention_heads=64, num_key_value_heads=8),
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2),  # tests
+}
+LLAMA3_VOCAB = 128256
+PREFILL = [(1, 2048), (8, 512)]
+DECODE_BATCHES = [1, 8, 64]
+TOP1_POSITIONS = 512
+VARIANTS = ("bf16", "fp8ext", "torch_rowwise", "torchao")
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError as e:
+        raise ImportError(f"the model suite needs transformers ({e}); pip install transformers") from e
+    return transformers
+
+
+def build_model(config: str, layers: int, vocab: int, device, seed: int = 0) -> nn.Module:
+    """LlamaForCausalLM with `config`'s layer shapes, random bf16 weights initialised on `device`."""
+    tf = _transformers()
+    cfg = tf.LlamaConfig(**CONFIGS[config], num_hidden_layers=layers, vocab_size=vocab,
+                         max_position_embeddings=8192, rope_theta=500000.0, attn_implementation="sdpa")
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = tf.LlamaForCausalLM(cfg)
+    return model.to(torch.bfloat16).eval()
+
+
+def torchao_variant(model: nn.Module) -> nn.Module:
+    """torchao's dynamic row-wise FP8 (activation per token, weight per output row) on a copy of `model`; every
+    Linear but lm_head, the layers fp8ext.convert swaps. Raises what torchao raises (ImportError without it)."""
+    from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerRow, quantize_
+
+    peer = copy.deepcopy(model)
+    quantize_(peer, Float8DynamicActivationFloat8WeightConfig(granularity=PerRow()),
+              filter_fn=lambda m, fqn: isinstance(m, nn.Linear) and not fqn.split(".")[-1].endswith("lm_head"))
+    return peer
+
+
+def variants(model: nn.Module, torchao: bool = True) -> tuple[dict[str, nn.Module], dict, dict[str, str]]:
+    """The models of the same weights by name (VARIANTS, those that could be built), fp8ext.convert's report as a
+    dict, and {name: why} for the variants that could not be built."""
+    fp8 = copy.deepcopy(model)
+    report = convert(fp8)
+    peer = copy.deepcopy(fp8)
+    for name, module in list(peer.named_modules()):
+        if isinstance(module, Float8Linear):
+            parent, _, child = name.rpartition(".")
+            setattr(peer.get_submodule(parent), child, TorchRowwiseLinear(module))
+    models = {"bf16": model, "fp8ext": fp8, "torch_rowwise": peer}
+    errors = {}
+    if torchao:
+        built = guarded(lambda: torchao_variant(model))
+        if isinstance(built, str):
+            errors["torchao"] = built
+        else:
+            models["torchao"] = built
+    else:
+        errors["torchao"] = "not requested (--no-torchao)"
+    return models, {"swapped": len(report.swapped), "skipped": [list(s) for s in report.skipped]}, errors
+
+
+def top1_agreement(logits: torch.Tensor, ref: torch.Tensor) -> float:
+    """The fraction of positions (every index but the last dimension) where argmax(logits) == argmax(ref)."""
+    return float((logits.argmax(dim=-1) == ref.argmax(dim=-1)).float().mean())
+
+
+def tokens_per_s(tokens: int, ms) -> Optional[float]:
+    """Tokens per second of `tokens` tokens in `ms` milliseconds; None where ms is a failure or not positive."""
+    r = ratio(tokens, ms)
+    return r * 1e3 if r is not None else None
+
+
+def speedups(ms: dict) -> dict:
+    """From ms per variant: each variant's speed over bf16 (bf16 time / its time, = its tokens/s over bf16's), and
+    fp8ext's over torch_rowwise and over torchao; only where both times were measured."""
+    def over(slow: str, fast: str):
+        return ratio(ms.get(slow), ms.get(fast))
+
+    out = {"vs_bf16": {n: over("bf16", n) for n in ms if n != "bf16" and over("bf16", n) is not None}}
+    for peer in ("torch_rowwise", "torchao"):
+        if over(peer, "fp8ext") is not None:
+            out[f"fp8ext_vs_{peer}"] = over(peer, "fp8ext")
+    return out
+
+
+def timing_entry(ms: dict, tokens: int) -> dict:
+    return {"ms": ms, "tokens_per_s": {n: tokens_per_s(tokens, t) for n, t in ms.items()}, "speedup": speedups(ms)}
+
+
+def _event_ms(fn: Callable[[], object]) -> float:
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop)
+
+
+def time_ms(fns: dict[str, Callable[[], object]], iters: int = 20, rounds: int = 2, warmup: int = 2,
+            clock: Optional[Callable[[Callable[[], object]], float]] = None) -> dict:
+    """Median ms per call of each fn by CUDA events, its `iters` calls split over `rounds` turns in an order rotated
+    each turn (a clock wandering under the power cap lands on every variant alike); a fn that raises gets its
+    failure string instead."""
+    clock = clock or _event_ms
+    ok, out = split_failures(fns)
+    for name, fn in ok.items():
+        for _ in range(max(0, warmup - 1)):  # split_failures made the first call
+            fn()
+    names = list(ok)
+    per_turn = max(1, math.ceil(iters / rounds))
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds if names else 0):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            if name in out:
+                continue
+            try:
+                samples[name] += [clock(ok[name]) for _ in range(per_turn)]
+            except Exception as e:  # noqa: BLE001
+                out[name] = failure(e)
+    for name in names:
+        out.setdefault(name, statistics.median(samples[name]))
+    return {name: out[name] for name in fns}
+
+
+def prefill(model: nn.Module, ids: torch.Tensor, keep: int = 1, hidden: bool = False):
+    return model(ids, use_cache=False, logits_to_keep=keep, output_hidden_states=hidden)
+
+
+def decode_step(model: nn.Module, batch: int, ctx: int, vocab: int, device) -> Callable[[], torch.Tensor]:
+    """One decode step: `batch` new tokens at position `ctx` of a static KV cache prefilled with `ctx` tokens. The
+    step always writes the same cache slot, so it can be repeated and captured as a CUDA graph."""
+    tf = _transformers()
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    cache = tf.StaticCache(config=model.config, max_cache_len=ctx + 1)
+    context = torch.randint(0, vocab, (batch, ctx), generator=gen).to(device)
+    model(context, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    ids = torch.randint(0, vocab, (batch, 1), generator=gen).to(device)
+    pos = torch.full((1,), ctx, dtype=torch.long, device=device)
+    position_ids = pos.expand(batch, 1)
+    # Newer transformers ignore cache_position and write where each layer's cumulative_length points, advancing
+    # it on every call: it is set back to ctx first (an in-place fill, so a CUDA graph replays it too).
+    counters = [layer for layer in getattr(cache, "layers", []) if hasattr(layer, "cumulative_length")]
+
+    def step():
+        for layer in counters:
+            if isinstance(layer.cumulative_length, torch.Tensor):
+                layer.cumulative_length.fill_(ctx)
+            else:
+                layer.cumulative_length = ctx
+        return model(ids, past_key_values=cache, cache_position=pos, position_ids=position_ids,
+                     use_cache=True).logits
+
+    return step
+
+
+def cuda_graph(fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+
+    def replay():
+        graph.replay()
+        return out
+
+    return replay
+
+
+def accuracy(outputs: dict, ref, metrics: Callable[[object, object], dict]) -> tuple[dict, dict]:
+    """rel_err and top-1 entries per non-bf16 variant: metrics(out, ref) -> {"rel_err": ..., "top1": ...}, or the
+    failure string of the variant's forward (an output that is a string) or of the metrics."""
+    errs, top1 = {}, {}
+    for name, out in outputs.items():
+        m = out if isinstance(out, str) else guarded(lambda: metrics(out, ref))
+        errs[name], top1[name] = (m, m) if isinstance(m, str) else (m["rel_err"], m["top1"])
+    return errs, top1
+
+
+def _prefill_row(models, batch, seq, vocab, device, timed, compiled, iters, rounds) -> dict:
+    ids = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(seq)).to(device)
+    keep = max(1, min(seq, TOP1_POSITIONS // batch))
+    row = {"batch": batch, "seq": seq, "tokens": batch * seq, "top1_positions": batch * keep}
+    run = lambda m: prefill(m, ids, keep, hidden=True)  # noqa: E731
+    ref = guarded(lambda: run(models["bf16"]))
+    if isinstance(ref, str):
+        row["rel_err"] = row["top1_agreement"] = {"bf16": ref}
+    else:
+        def metrics(o, r):
+            return {"rel_err": {"hidden": rel_err(o.hidden_states[-1], r.hidden_states[-1]),
+                                "logits": rel_err(o.logits, r.logits)}, "top1": top1_agreement(o.logits, r.logits)}
+        # One variant's outputs at a time: the logits of 512 positions over the vocabulary are large.
+        row["rel_err"], row["top1_agreement"] = {}, {}
+        for name, m in models.items():
+            if name != "bf16":
+                e, t = accuracy({name: guarded(lambda m=m: run(m))}, ref, metrics)
+                row["rel_err"].update(e)
+                row["top1_agreement"].update(t)
+        del ref
+    if timed:
+        row["eager"] = timing_entry(time_ms({n: lambda m=m: prefill(m, ids) for n, m in models.items()},
+                                            iters, rounds), batch * seq)
+        if compiled:
+            row["compiled"] = timing_entry(time_ms({n: lambda f=torch.compile(m): prefill(f, ids)
+                                                    for n, m in models.items()}, iters, rounds), batch * seq)
+    return row
+
+
+def _decode_row(models, batch, ctx, vocab, device, timed, iters, rounds) -> dict:
+    steps = {name: guarded(lambda m=m: decode_step(m, batch, ctx, vocab, device)) for name, m in models.items()}
+    logits = {name: s if isinstance(s, str) else guarded(s) for name, s in steps.items()}
+    row = {"batch": batch, "ctx": ctx, "tokens": batch}
+    ref = logits.pop("bf16")
+    if isinstance(ref, str):
+        row["rel_err"] = row["top1_agreement"] = {"bf16": ref}
+    else:
+        row["rel_err"], row["top1_agreement"] = accuracy(
+            logits, ref, lambda o, r: {"rel_err": {"logits": rel_err(o, r)}, "top1": top1_agreement(o, r)})
+    del logits, ref
+    if timed:
+        runnable = {n: s for n, s in steps.items() if not isinstance(s, str)}
+        failed = {n: s for n, s in steps.items() if isinstance(s, str)}
+        row["eager"] = timing_entry({**failed, **time_ms(runnable, iters, rounds)}, batch)
+        graphs = {n: guarded(lambda s=s: cuda_graph(s)) for n, s in runnable.items()}
+        ok = {n: g for n, g in graphs.items() if not isinstance(g, str)}
+        row["graph"] = timing_entry({**failed, **{n: g for n, g in graphs.items() if isinstance(g, str)},
+                                     **time_ms(ok, iters, rounds)}, batch)
+        del graphs, ok
+    del steps
+    return row
+
+
+def compare(config: str = "8b", layers: int = 2, vocab: int = LLAMA3_VOCAB, device="cuda",
+            prefill_shapes=PREFILL, decode_batches=DECODE_BATCHES, ctx: int = 256, timed: bool = True,
+            compiled: bool = False, iters: int = 20, rounds: int = 2, torchao: bool = True) -> dict:
+    """One config: accuracy of each variant against bf16 and, with `timed` (a CUDA device), its speed. Every
+    prefill shape and decode batch is guarded: its failure is recorded in its row's place."""
+    model = build_model(config, layers, vocab, device)
+    models, report, variant_errors = variants(model, torchao)
+    result = {"config": config, "shapes": CONFIGS[config], "layers": layers, "vocab": vocab, "ctx": ctx,
+              "convert": report, "variants": list(models), "variant_errors": variant_errors,
+              "prefill": [], "decode": []}
+    with torch.inference_mode():
+        for batch, seq in prefill_shapes:
+            row = guarded(lambda: _prefill_row(models, batch, seq, vocab, device, timed, compiled, iters, rounds))
+            result["prefill"].append(row if isinstance(row, dict) else {"batch": batch, "seq": seq, "error": row})
+            _free(device)
+        for batch in decode_batches:
+            row = guarded(lambda: _decode_row(models, batch, ctx, vocab, device, timed, iters, rounds))
+            result["decode"].append(row if isinstance(row, dict) else {"batch": batch, "error": row})
+            _free(device)
+    del models, model
+    _free(device)
+    return result
+
+
+def _free(device) -> None:
+    gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+
+
+# ---- the record: flat rows, summary, plot ---------------------------------------------------------------------
+
+def flat_rows(results: list[dict]) -> list[dict]:
+    """One row per config, phase, shape, mode and variant: ms, tokens/s and speed-up over bf16."""
+    rows = []
+    for res in results:
+        for phase in ("prefill", "decode"):
+            for r in res.get(phase, []):
+                shape = f"{r['batch']}x{r['seq']}" if phase == "prefill" else f"batch {r['batch']}"
+                for mode in ("eager", "graph", "compiled"):
+                    entry = r.get(mode)
+                    if not entry:
+                        continue
+                    for name, ms in entry["ms"].items():
+                        rows.append({"config": res["config"], "phase": phase, "shape": shape, "mode": mode,
+                                     "variant": name, "ms": ms, "tokens_per_s": entry["tokens_per_s"].get(name),
+                                     "vs_bf16": 1.0 if name == "bf16" else entry["speedup"]["vs_bf16"].get(name)})
+    return rows
+
+
+def _value(x, digits: int = 3):
+    return round(x, digits) if isinstance(x, float) else ("n/a" if x is None else x)
+
+
+def summarize(results: list[dict]) -> dict:
+    """Per config: prefill tokens/s fp8ext/bf16 per shape, decode (CUDA graph) tokens/s fp8ext/bf16 per batch,
+    top-1 agreement of fp8ext with bf16, and fp8ext's geomean speed-up over torchao and over torch_rowwise across
+    those measurements."""
+    out = {}
+    for res in results:
+        c = res["config"]
+        if "error" in res:
+            out[f"{c}"] = res["error"]
+            continue
+        over = {"torchao": [], "torch_rowwise": []}
+        for phase, mode in (("prefill", "eager"), ("decode", "graph")):
+            for r in res[phase]:
+                shape = f"{r['batch']}x{r['seq']}" if phase == "prefill" else f"b={r['batch']}"
+                entry = r.get(mode) or {}
+                tag = "prefill" if phase == "prefill" else "decode graph"
+                out[f"{c} {tag} {shape} fp8ext/bf16 tok/s"] = _value(
+                    entry.get("speedup", {}).get("vs_bf16", {}).get("fp8ext") if entry else r.get("error"))
+                for peer in over:
+                    over[peer].append(entry.get("speedup", {}).get(f"fp8ext_vs_{peer}"))
+                if phase == "prefill":
+                    out[f"{c} top-1 agreement {shape} fp8ext"] = _value(
+                        r.get("top1_agreement", {}).get("fp8ext", r.get("error")), 4)
+        for peer, xs in over.items():
+            found = [x for x in xs if x is not None]
+            why = res.get("variant_errors", {}).get(peer, "not measured")
+            out[f"{c} fp8ext vs {peer} (geomean)"] = round(geomean(found), 3) if found else why
+    return out
+
+
+def plot(rows: list[dict], path: str) -> bool:
+    """Tokens/s per variant, one row of panels per config: prefill (eager), decode as CUDA graph, decode eager."""
+    plt = pyplot()
+    if plt is None:
+        return False
+    panels = [("prefill", "eager"), ("decode", "graph"), ("decode", "eager")]
+    configs = list(dict.fromkeys(r["config"] for r in rows))
+    fig, axes = plt.subplots(max(1, len(configs)), len(panels), figsize=(15, 3.8 * max(1, len(configs))),
+                             squeeze=False)
+    for ax_row, config in zip(axes, configs):
+        for ax, (phase, mode) in zip(ax_row, panels):
+            sel = [r for r in rows if (r["config"], r["phase"], r["mode"]) == (config, phase, mode)]
+            shapes = list(dict.fromkeys(r["shape"] for r in sel))
+            names = [v for v in VARIANTS if any(r["variant"] == v for r in sel)]
+            width = 0.8 / max(1, len(names))
+            for i, name in enumerate(names):
+                tps = {r["shape"]: r["tokens_per_s"] for r in sel if r["variant"] == name}
+                xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(shapes))]
+                ax.bar(xs, [tps.get(s) or 0.0 for s in shapes], width, label=name, color=f"C{VARIANTS.index(name)}")
+            ax.set_xticks(range(len(shapes)))
+            ax.set_xticklabels(shapes)
+            ax.set_yscale("log")
+            ax.set_ylabel("tokens/s")
+            ax.set_title(f"{config}: {phase} ({'CUDA graph' if mode == 'graph' else mode})")
+            ax.grid(True, axis="y", which="both", alpha=0.3)
+            if names:
+                ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def method(args) -> str:
+    return (f"transformers LlamaForCausalLM, Llama-3 layer shapes, {args.layers} decoder layers, vocabulary "
+            f"{args.vocab}, random bf16 weights; variants bf16, fp8ext.convert, torch._scaled_mm row-wise on the same "
+            f"FP8 weights, torchao Float8DynamicActivationFloat8WeightConfig(PerRow) (lm_head bf16 in all); ms per "
+            f"forward: median of {args.iters} CUDA-event timings in {args.model_rounds} interleaved turns after "
+            f"warm-up, no L2 flush (a forward's weights far exceed L2); prefill times the last token's logits; "
+            f"accuracy against bf16 on the last {TOP1_POSITIONS} // batch positions of each prefill sequence and on "
+            f"each decode step; decode against a static KV cache of {args.ctx} tokens"
+            + ("; also torch.compile prefill" if args.compile else ""))
+
+
+@register_suite("model", help="Llama-3-shaped decoder stack end to end: bf16, fp8ext, torch row-wise, torchao",
+                plot=plot, summary_title="model summary (fp8ext/bf16 is the tokens/s ratio)",
+                options={"--config": dict(default="8b,70b", help="model suite: comma-separated 8b, 70b"),
+                         "--layers": dict(type=int, default=2, help="model suite: decoder layers (default 2)"),
+                         "--vocab": dict(type=int, default=LLAMA3_VOCAB, help="model suite: vocabulary size"),
+                         "--ctx": dict(type=int, default=256, help="model suite: decode KV cache tokens (256)"),
+                         "--iters": dict(type=int, default=20, help="model suite: timed forwards per measurement"),
+                         "--model-rounds": dict(type=int, default=2,
+                                                help="model suite: interleaved turns the forwards are split into"),
+                         "--compile": dict(action="store_true", help="model suite: also prefill under torch.compile"),
+                         "--no-torchao": dict(action="store_true", help="model suite: leave the torchao variant out")})
+def model(args) -> dict:
+    results = []
+    for config in (c.strip() for c in args.config.split(",")):
+        res = guarded(lambda: compare(config, args.layers, args.vocab, "cuda", ctx=args.ctx, compiled=args.compile,
+                                      iters=args.iters, rounds=args.model_rounds, torchao=not args.no_torchao))
+        results.append(res if isinstance(res, dict) else {"config": config, "error": res})
+        _free("cuda")
+        if not args.quiet:
+            print(f"{config}: done", flush=True)
+    return {"method": method(args), "summary": summarize(results), "rows": flat_rows(results), "results": results}

@@ -1,0 +1,189 @@
+"""The model, quantize and linear suites without a GPU: registered, refusing cleanly, and their arithmetic (tokens/s,
+top-1 agreement, bandwidth, ratios, summaries) on small synthetic inputs; the model comparison runs end to end on
+a tiny Llama on CPU, its timings from a scripted clock."""
+import json
+
+import pytest
+import torch
+
+import fp8ext.bench as bench
+from fp8ext.bench import cli, main
+from fp8ext.bench.common import ratio, split_failures, timed_or_failed
+from fp8ext.bench.suites import linear as linear_suite, model as model_suite, quantize as quantize_suite
+
+NEW_SUITES = ["model", "quantize", "linear"]
+
+
+@pytest.mark.parametrize("name", NEW_SUITES)
+def test_registered_and_refuse_without_an_sm90_gpu(name, monkeypatch, capsys, tmp_path):
+    assert name in bench.SUITES and not bench.SUITES[name].cpu_demo
+    monkeypatch.setattr(cli, "gpu_problem", lambda: "no CUDA GPU")
+    assert main(["--suite", name, "--json", str(tmp_path / "out.json")]) == 1
+    err = capsys.readouterr().err
+    assert err == f"fp8ext.bench --suite {name}: needs an H100/H200 (sm_90) and a CUDA build of fp8ext (no CUDA GPU)\n"
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_ratio_and_failures():
+    assert ratio(3.0, 2.0) == 1.5
+    assert ratio("failed: X", 2.0) is None and ratio(1.0, 0.0) is None and ratio(None, 1.0) is None
+    ok, errors = split_failures({"good": lambda: 1, "bad": lambda: 1 / 0})
+    assert list(ok) == ["good"] and errors == {"bad": "failed: ZeroDivisionError: division by zero"}
+
+
+class FakeTimer:
+    def __init__(self):
+        self.seen = []
+
+    def interleaved(self, fns, rounds):
+        self.seen.append(list(fns))
+        return {n: 10.0 * (i + 1) for i, n in enumerate(fns)}
+
+
+def test_timed_or_failed_keeps_the_order_and_records_the_failure():
+    t = FakeTimer()
+    times = timed_or_failed(t, {"a": lambda: 1, "b": lambda: [][0], "c": lambda: 2}, rounds=2)
+    assert t.seen == [["a", "c"]]
+    assert list(times) == ["a", "b", "c"] and times["a"] == 10.0 and times["c"] == 20.0
+    assert times["b"].startswith("failed: IndexError")
+
+
+# ---- model ---------------------------------------------------------------------------------------------------
+
+def test_tokens_per_s_and_top1():
+    assert model_suite.tokens_per_s(2048, 10.0) == pytest.approx(204800.0)
+    assert model_suite.tokens_per_s(8, "failed: X") is None
+    ref = torch.tensor([[[0.0, 1.0, 0.0], [2.0, 0.0, 0.0]], [[0.0, 0.0, 3.0], [0.0, 1.0, 0.0]]])
+    out = ref.clone()
+    out[1, 1] = torch.tensor([5.0, 0.0, 0.0])  # one of four positions disagrees
+    assert model_suite.top1_agreement(out, ref) == 0.75 and model_suite.top1_agreement(ref, ref) == 1.0
+
+
+def test_speedups():
+    s = model_suite.speedups({"bf16": 10.0, "fp8ext": 5.0, "torch_rowwise": 6.0, "torchao": "failed: E"})
+    assert s == {"vs_bf16": {"fp8ext": 2.0, "torch_rowwise": pytest.approx(10 / 6)},
+                 "fp8ext_vs_torch_rowwise": pytest.approx(1.2)}
+
+
+def test_time_ms_interleaves_and_records_a_failing_variant():
+    calls = []
+    fns = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b"), "bad": lambda: 1 / 0}
+    clock = iter(range(100))
+    times = model_suite.time_ms(fns, iters=4, rounds=2, warmup=1, clock=lambda fn: (fn(), float(next(clock)))[1])
+    # One call each to find the failure, then turns of 2: a a b b, then b b a a.
+    assert calls == ["a", "b", "a", "a", "b", "b", "b", "b", "a", "a"]
+    assert times["a"] == 3.5 and times["b"] == 3.5 and times["bad"].startswith("failed: ZeroDivisionError")
+
+
+@pytest.fixture
+def tiny_timed(monkeypatch):
+    """compare() on a tiny Llama on CPU with timing on: a scripted clock for CUDA events, no CUDA graph capture;
+    fp8ext's forwards take half of bf16's time."""
+    pytest.importorskip("transformers")
+
+    def fake_clock(fn):
+        fn()
+        # A prefill fn holds its model as a default argument, a decode step in its closure; fp8ext's variant is the
+        # model with Float8Linear layers and no TorchRowwiseLinear.
+        held = [*(fn.__defaults__ or ()), *(c.cell_contents for c in fn.__closure__ or ())]
+        model = next(x for x in held if isinstance(x, torch.nn.Module))
+        mods = {type(m).__name__ for m in model.modules()}
+        return 1.0 if "Float8Linear" in mods and "TorchRowwiseLinear" not in mods else 2.0
+
+    monkeypatch.setattr(model_suite, "_event_ms", fake_clock)
+    monkeypatch.setattr(model_suite, "cuda_graph", lambda step: step)
+    return model_suite.compare("tiny", layers=1, vocab=256, device="cpu", prefill_shapes=[(1, 32), (2, 16)],
+                               decode_batches=[2], ctx=8, timed=True, iters=2, rounds=2, torchao=False)
+
+
+def test_tiny_model_comparison_timed_on_cpu(tiny_timed, tmp_path):
+    res = tiny_timed
+    assert res["variants"] == ["bf16", "fp8ext", "torch_rowwise"]
+    assert res["variant_errors"] == {"torchao": "not requested (--no-torchao)"}
+    pre, dec = res["prefill"][0], res["decode"][0]
+    assert pre["top1_positions"] == 32 and res["prefill"][1]["top1_positions"] == 32
+    assert all(0.5 <= t <= 1.0 for t in pre["top1_agreement"].values())
+    assert set(pre["rel_err"]["fp8ext"]) == {"hidden", "logits"}
+    assert pre["eager"]["tokens_per_s"]["bf16"] == pytest.approx(32 / 2e-3)
+    assert pre["eager"]["speedup"]["vs_bf16"]["fp8ext"] == 2.0
+    assert dec["graph"]["tokens_per_s"]["fp8ext"] == pytest.approx(2 / 1e-3), dec
+    rows = model_suite.flat_rows([res])
+    assert {(r["phase"], r["mode"]) for r in rows} == {("prefill", "eager"), ("decode", "eager"), ("decode", "graph")}
+    summary = model_suite.summarize([res])
+    assert summary["tiny prefill 1x32 fp8ext/bf16 tok/s"] == 2.0
+    assert summary["tiny decode graph b=2 fp8ext/bf16 tok/s"] == 2.0
+    assert summary["tiny fp8ext vs torchao (geomean)"] == "not requested (--no-torchao)"
+    assert summary["tiny fp8ext vs torch_rowwise (geomean)"] == 2.0
+    json.dumps(res)  # the record is JSON-able
+    pytest.importorskip("matplotlib")
+    assert model_suite.plot(rows, str(tmp_path / "m.png")) and (tmp_path / "m.png").stat().st_size > 0
+
+
+def test_model_summary_with_failures():
+    results = [{"config": "70b", "error": "failed: OutOfMemoryError: x"},
+               {"config": "8b", "variant_errors": {"torchao": "failed: ImportError: no torchao"},
+                "prefill": [{"batch": 1, "seq": 2048, "error": "failed: RuntimeError: y"}], "decode": []}]
+    s = model_suite.summarize(results)
+    assert s["70b"] == "failed: OutOfMemoryError: x"
+    assert s["8b prefill 1x2048 fp8ext/bf16 tok/s"] == "failed: RuntimeError: y"
+    assert s["8b fp8ext vs torchao (geomean)"] == "failed: ImportError: no torchao"
+    assert model_suite.flat_rows(results) == []
+
+
+def test_torchao_failure_is_recorded_not_raised(monkeypatch):
+    pytest.importorskip("transformers")
+
+    def broken(model):
+        raise ImportError("No module named 'torchao'")
+
+    monkeypatch.setattr(model_suite, "torchao_variant", broken)
+    model = model_suite.build_model("tiny", 1, 256, "cpu")
+    models, report, errors = model_suite.variants(model, torchao=True)
+    assert list(models) == ["bf16", "fp8ext", "torch_rowwise"] and report["swapped"] == 7
+    assert errors == {"torchao": "failed: ImportError: No module named 'torchao'"}
+
+
+# ---- quantize -------------------------------------------------------------------------------------------------
+
+def test_bandwidth_arithmetic():
+    assert quantize_suite.bytes_moved(8192, 8192, torch.bfloat16) == 8192 * 8192 * 3 + 8192 * 4
+    assert quantize_suite.bytes_moved(4, 16, torch.float32) == 4 * 16 * 5 + 16
+    row = quantize_suite.bandwidth_row(8192, 8192, torch.bfloat16,
+                                       {"fp8ext_us": 100.0, "copy_us": 90.0, "torch_us": "failed: E"})
+    assert row["fraction_of_copy"] == pytest.approx(0.9)
+    assert row["fp8ext_gbps"] == pytest.approx(row["bytes_moved"] / 100e-6 / 1e9) and row["torch_gbps"] is None
+
+
+def test_quantize_summary():
+    rows = [quantize_suite.bandwidth_row(8192, 8192, torch.bfloat16, {"fp8ext_us": 100.0, "copy_us": 90.0}),
+            quantize_suite.bandwidth_row(16384, 8192, torch.bfloat16, {"fp8ext_us": 100.0, "copy_us": 80.0}),
+            quantize_suite.bandwidth_row(8192, 8192, torch.float32, {"fp8ext_us": 100.0, "copy_us": 50.0}),
+            quantize_suite.small_m_row(1, 4096, {"empty_us": 5.0, "fp8ext_us": 5.5, "torch_us": 20.0}),
+            quantize_suite.small_m_row(16, 8192, {"empty_us": 5.0, "fp8ext_us": 5.0, "torch_us": 20.0})]
+    assert rows[3]["ratio_to_empty"] == pytest.approx(1.1) and rows[3]["torch_ratio_to_empty"] == 4.0
+    s = quantize_suite.summarize(rows)
+    assert s["bf16 min fraction of copy"] == pytest.approx(0.8)  # the fp32 row is information only
+    assert s["bandwidth acceptance (>= 0.85)"] is False
+    assert s["small M max ratio to empty"] == pytest.approx(1.1) and s["small M worst (M, K)"] == "1x4096"
+    assert s["small M acceptance (<= 1.2)"] is True
+    rows[4] = quantize_suite.small_m_row(16, 8192, {"empty_us": 5.0, "fp8ext_us": "failed: E"})
+    assert quantize_suite.summarize(rows)["small M acceptance (<= 1.2)"] == "incomplete"
+
+
+# ---- linear ---------------------------------------------------------------------------------------------------
+
+def test_linear_rows_and_summary():
+    rows = []
+    for model in ("8b", "70b"):
+        for M in linear_suite.MS:
+            fp8 = 10.0 if M >= 2048 else 5.0
+            rows.append(linear_suite.row_of(model, "o", 4096, 4096, M,
+                                            {"bf16_us": 14.0 if M >= 2048 else 9.0, "fp8ext_us": fp8,
+                                             "torch_rowwise_us": 11.0}))
+    rows[-1] = linear_suite.row_of("70b", "down", 28672, 8192, 8192, {"bf16_us": 1.0, "fp8ext_us": "failed: E"})
+    s = linear_suite.summarize(rows)
+    assert s["8b M>=2048 geomean bf16/fp8ext"] == 1.4 and s["8b M>=2048 acceptance (>= 1.3)"] is True
+    assert s["70b M<=16 geomean bf16/fp8ext"] == 1.8 and s["70b M<=16 acceptance (>= 1.6)"] is True
+    assert s["70b M>=2048 acceptance (>= 1.3)"] == "incomplete" and s["failed rows"] == 1
+    assert "8b M<=16 acceptance (>= 1.6)" not in s
+    assert len(s["worst bf16/fp8ext"]) == 3 and s["worst bf16/fp8ext"][0] == "8b o M=2048: 1.400"
