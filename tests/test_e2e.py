@@ -6,8 +6,14 @@ import torch
 pytest.importorskip("transformers")
 from fp8ext import e2e  # noqa: E402
 from fp8ext.nn import Float8Linear  # noqa: E402
+from fp8ext.testing import torch_cpu_takes_rowwise_scales  # noqa: E402
+
+# The comparison runs torch._scaled_mm row-wise as a peer: on CPU only where this torch takes row-wise scales.
+needs_cpu_rowwise = pytest.mark.skipif(not torch_cpu_takes_rowwise_scales(),
+                                       reason="this torch's CPU torch._scaled_mm takes per-tensor scales only")
 
 
+@needs_cpu_rowwise
 def test_tiny_comparison_on_cpu():
     result = e2e.compare("tiny", layers=2, vocab=256, device="cpu", prefill_shapes=[(2, 16)], decode_batches=[2],
                          ctx=8, timed=False, torchao=False)
@@ -22,6 +28,7 @@ def test_tiny_comparison_on_cpu():
     assert abs(pre["rel_err"]["fp8ext"]["hidden"] - pre["rel_err"]["torch_rowwise"]["hidden"]) < 0.02
 
 
+@needs_cpu_rowwise
 def test_peer_matches_float8linear():
     f8 = Float8Linear.from_linear(torch.nn.Linear(64, 32, dtype=torch.bfloat16))
     x = torch.randn(3, 5, 64).bfloat16()

@@ -10,6 +10,7 @@ import fp8ext.bench as bench
 from fp8ext.bench import cli, main
 from fp8ext.bench.common import ratio, split_failures, timed_or_failed
 from fp8ext.bench.suites import linear as linear_suite, model as model_suite, quantize as quantize_suite
+from fp8ext.testing import torch_cpu_takes_rowwise_scales
 
 NEW_SUITES = ["model", "quantize", "linear"]
 
@@ -96,6 +97,8 @@ def tiny_timed(monkeypatch):
                                decode_batches=[2], ctx=8, timed=True, iters=2, rounds=2, torchao=False)
 
 
+@pytest.mark.skipif(not torch_cpu_takes_rowwise_scales(),
+                    reason="the torch._scaled_mm row-wise peer: this torch's CPU path takes per-tensor scales only")
 def test_tiny_model_comparison_timed_on_cpu(tiny_timed, tmp_path):
     res = tiny_timed
     assert res["variants"] == ["bf16", "fp8ext", "torch_rowwise"]

@@ -116,3 +116,14 @@ def check_against_reference(out, a, b, scale_a, scale_b, bias=None, *, use_fast_
             f"out={out[i, j].item()!r} ref={ref[i, j].item()!r} err={err[i, j].item():.3g} "
             f"bound={bound[i, j].item():.3g}")
     return err.max().item() if err.numel() else 0.0
+
+
+def torch_cpu_takes_rowwise_scales() -> bool:
+    """Whether this torch's CPU torch._scaled_mm takes row-wise scales. Some releases (2.11) take per-tensor
+    scales only on CPU, so the torch._scaled_mm row-wise peer of the model suite runs on CPU only where it does."""
+    a = torch.ones(16, 16).to(torch.float8_e4m3fn)
+    try:
+        torch._scaled_mm(a, a.t(), torch.ones(16, 1), torch.ones(1, 16), out_dtype=torch.bfloat16)
+    except RuntimeError:
+        return False
+    return True
