@@ -15,6 +15,7 @@ from torch import nn
 
 from .. import ops
 from ..nn import Float8Linear
+from ..testing import quantize_rowwise as testing_quantize_rowwise
 from ..testing import random_operands, random_scales
 
 E4M3 = torch.float8_e4m3fn
@@ -171,9 +172,7 @@ def split_failures(fns: dict[str, Callable[[], object]]) -> tuple[dict, dict[str
 def torch_quantize_rowwise(x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """fp8ext.quantize_rowwise's formula (e4m3, no scale_ub) on a 2-D input in plain eager torch ops: a reduction
     for amax, the scale, then divide, clamp and cast, each its own kernel unless torch.compile fuses them."""
-    amax = x2.abs().amax(dim=-1, keepdim=True).float().clamp(min=1e-12)
-    scale = amax / 448.0
-    return (x2.float() / scale).clamp(-448.0, 448.0).to(E4M3), scale
+    return testing_quantize_rowwise(x2, E4M3)
 
 
 class TorchRowwiseLinear(nn.Module):
