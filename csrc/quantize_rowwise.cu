@@ -1,12 +1,20 @@
-// The fused row-wise FP8 quantization kernel: per-row amax, scale and cast in one launch (numerics in
+// The fused row-wise FP8 quantization kernels: per-row amax, scale and cast in one launch (numerics in
 // quantize_rowwise.h). Plain CUDA; the libtorch entry is quantize_rowwise_cuda.cpp.
 //
-// kThreadsPerRow threads share a row: pass 1 reads it with 16-byte loads and reduces |x| to the row's amax
-// (warp shuffles, then shared memory across the row's warps); pass 2 reads it again, from L1/L2, and writes q.
-// The width is chosen so that the rows in flight on the whole GPU fit in L2 and pass 2 does not go back to HBM:
-// a warp per row for rows up to 2 KiB (64 warps per SM keep 128 KiB in flight, about L1's size), 128 threads up
-// to 8 KiB, else 512 threads (4 rows per SM, 132 x 4 x 56 KiB = 30 MiB for a 28672-wide bf16 row).
+// One pass (every row whose start is 16-byte aligned and whose width is at most 64 KiB: K <= 32768 in bf16):
+// kThreadsPerRow threads share a row and each holds kPacks 16-byte packs of it in registers. All of a thread's
+// loads are issued before any is used, so a row costs one trip to memory; the packs' |x| reduce to the row's amax
+// (warp shuffles, then shared memory across the row's warps), and the same registers are scaled, cast and
+// stored. x is read once: the kernel moves K * (sizeof(In) + 1) bytes per row, the least there is. The width is
+// the smallest power of two from a warp to 1024 threads that covers the row with 4 packs a thread, so a thread
+// keeps 64 bytes in flight and several rows share an SM.
+//
+// Two passes (rows that are not 16-byte aligned, read one element at a time, and rows over 64 KiB): pass 1 reads
+// the row and reduces it to amax, pass 2 reads it again, from L1/L2, and writes q. The width is chosen so that the
+// rows in flight on the whole GPU fit in L2 and pass 2 does not go back to HBM: a warp per row for rows up to
+// 2 KiB, 128 threads up to 8 KiB, else 512 threads.
 #include <climits>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -52,77 +60,194 @@ __device__ __forceinline__ OutPack<kVec> to_fp8(const float (&v)[kVec]) {
   return out;
 }
 
-template <typename In, __nv_fp8_interpretation_t kFormat, int kVec, int kThreadsPerRow>
-__global__ void __launch_bounds__(kThreadsPerRow < 256 ? 256 : kThreadsPerRow)
-    quantize_rowwise_kernel(QuantizeRowwiseParams p) {
-  constexpr int kThreads = kThreadsPerRow < 256 ? 256 : kThreadsPerRow;
-  constexpr int kRowsPerCta = kThreads / kThreadsPerRow;
+// CTAs of at least 256 threads: several rows share a CTA when a row needs fewer threads.
+__host__ __device__ constexpr int cta_threads(int threads_per_row) {
+  return threads_per_row < 256 ? 256 : threads_per_row;
+}
+
+template <__nv_fp8_interpretation_t kFormat>
+constexpr float kFp8Max = kFormat == __NV_E4M3 ? kE4M3Max : kE5M2Max;
+
+// Where row r of x starts (the layout of QuantizeRowwiseParams). Without an outer stride (2-D x, or 3-D with
+// B = 1) every row is an inner row, and the 64-bit division, a long subroutine, is skipped.
+template <typename In>
+__device__ __forceinline__ const In* row_start(const QuantizeRowwiseParams& p, int64_t r) {
+  const In* x = static_cast<const In*>(p.x);
+  if (p.outer_stride == 0) return x + r * p.inner_stride;
+  return x + (r / p.inner_rows) * p.outer_stride + (r % p.inner_rows) * p.inner_stride;
+}
+
+// The row's amax from each of its kThreadsPerRow threads' partial amax: warp shuffles, then shared memory across
+// the row's warps. Every thread of the CTA must call it (it holds __syncthreads() when a row spans warps).
+template <int kThreadsPerRow, int kRowsPerCta>
+__device__ __forceinline__ float row_amax(float amax, int row_in_cta, int lane) {
   constexpr int kWarpsPerRow = kThreadsPerRow / 32;
-  constexpr float kMax = kFormat == __NV_E4M3 ? kE4M3Max : kE5M2Max;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) amax = abs_max_nan(amax, __shfl_xor_sync(kFullMask, amax, offset));
+  if constexpr (kWarpsPerRow > 1) {
+    __shared__ float warp_amax[kRowsPerCta][kWarpsPerRow];
+    if (lane % 32 == 0) warp_amax[row_in_cta][lane / 32] = amax;
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < kWarpsPerRow; ++w) amax = abs_max_nan(amax, warp_amax[row_in_cta][w]);
+    __syncthreads();  // the CTA's next row group overwrites warp_amax
+  }
+  return amax;
+}
+
+// max(amax, |v[0]|, ..., |v[kVec-1]|), NaN-propagating. 16-bit packs are reduced pairwise in their own type first
+// (exact: the max of 16-bit values is one of them), so that the float conversions happen once, when the pack is
+// scaled, and the kernel keeps only the raw packs live across the row's reduction.
+template <typename In, int kVec>
+__device__ __forceinline__ float pack_amax(float amax, const InPack<In, kVec>& v) {
+  if constexpr (kVec >= 4 && (std::is_same_v<In, __nv_bfloat16> || std::is_same_v<In, __half>)) {
+    auto pair = [&](int j) {
+      if constexpr (std::is_same_v<In, __nv_bfloat16>) {
+        return __habs2(__halves2bfloat162(v.v[2 * j], v.v[2 * j + 1]));
+      } else {
+        return __habs2(__halves2half2(v.v[2 * j], v.v[2 * j + 1]));
+      }
+    };
+    auto m = pair(0);
+#pragma unroll
+    for (int j = 1; j < kVec / 2; ++j) m = __hmax2_nan(m, pair(j));
+    return abs_max_nan(abs_max_nan(amax, __low2float(m)), __high2float(m));
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) amax = abs_max_nan(amax, to_float(v.v[j]));
+    return amax;
+  }
+}
+
+template <typename In, __nv_fp8_interpretation_t kFormat, int kVec>
+__device__ __forceinline__ OutPack<kVec> scaled_pack(const InPack<In, kVec>& v, float scale) {
+  float f[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) f[j] = rowwise_scaled(to_float(v.v[j]), scale, kFp8Max<kFormat>);
+  return to_fp8<kFormat, kVec>(f);
+}
+
+// One pass: thread `lane` of a row holds packs lane, lane + kThreadsPerRow, ... (kPacks of them, coalesced across
+// the warp) in registers; packs past the row's end are zeros, which leave amax unchanged and are not stored.
+template <typename In, __nv_fp8_interpretation_t kFormat, int kThreadsPerRow, int kPacks>
+__global__ void __launch_bounds__(cta_threads(kThreadsPerRow)) quantize_rowwise_one_pass_kernel(QuantizeRowwiseParams p) {
+  constexpr int kVec = 16 / sizeof(In);
+  constexpr int kRowsPerCta = cta_threads(kThreadsPerRow) / kThreadsPerRow;
   using Pack = InPack<In, kVec>;
-  __shared__ float warp_amax[kRowsPerCta][kWarpsPerRow];
 
   const int row_in_cta = threadIdx.x / kThreadsPerRow;
   const int lane = threadIdx.x % kThreadsPerRow;
   const int64_t nvec = p.K / kVec;
   const int64_t groups = (p.rows + kRowsPerCta - 1) / kRowsPerCta;
-  // Every thread of the CTA runs the same iterations (rows past the end only skip the memory work), so the
-  // __syncthreads() of the cross-warp reduction is reached by all of them.
-  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {  // uniform trip count: see row_amax
+    const int64_t r = g * kRowsPerCta + row_in_cta;
+    const bool active = r < p.rows;
+    Pack v[kPacks];
+    float amax = 0.0f;
+    if (active) {
+      const Pack* x = reinterpret_cast<const Pack*>(row_start<In>(p, r));
+#pragma unroll
+      for (int j = 0; j < kPacks; ++j) {
+        const int64_t i = lane + static_cast<int64_t>(j) * kThreadsPerRow;
+        if (i < nvec) {
+          v[j] = x[i];
+        } else {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) v[j].v[e] = In(0.0f);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kPacks; ++j) amax = pack_amax(amax, v[j]);
+    }
+    amax = row_amax<kThreadsPerRow, kRowsPerCta>(amax, row_in_cta, lane);
+    if (!active) continue;
+    const float scale = rowwise_scale(amax, p.scale_ub, kFp8Max<kFormat>);
+    if (lane == 0) p.scale[r] = scale;
+    OutPack<kVec>* q = reinterpret_cast<OutPack<kVec>*>(static_cast<__nv_fp8_storage_t*>(p.q) + r * p.K);
+#pragma unroll
+    for (int j = 0; j < kPacks; ++j) {
+      const int64_t i = lane + static_cast<int64_t>(j) * kThreadsPerRow;
+      if (i < nvec) q[i] = scaled_pack<In, kFormat, kVec>(v[j], scale);
+    }
+  }
+}
+
+// Two passes: the row is read once for amax and once more, from cache, for q.
+template <typename In, __nv_fp8_interpretation_t kFormat, int kVec, int kThreadsPerRow>
+__global__ void __launch_bounds__(cta_threads(kThreadsPerRow)) quantize_rowwise_two_pass_kernel(QuantizeRowwiseParams p) {
+  constexpr int kRowsPerCta = cta_threads(kThreadsPerRow) / kThreadsPerRow;
+  using Pack = InPack<In, kVec>;
+
+  const int row_in_cta = threadIdx.x / kThreadsPerRow;
+  const int lane = threadIdx.x % kThreadsPerRow;
+  const int64_t nvec = p.K / kVec;
+  const int64_t groups = (p.rows + kRowsPerCta - 1) / kRowsPerCta;
+  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {  // uniform trip count: see row_amax
     const int64_t r = g * kRowsPerCta + row_in_cta;
     const bool active = r < p.rows;
     const Pack* x = nullptr;
     float amax = 0.0f;
     if (active) {
-      x = reinterpret_cast<const Pack*>(static_cast<const In*>(p.x) + (r / p.inner_rows) * p.outer_stride +
-                                        (r % p.inner_rows) * p.inner_stride);
+      x = reinterpret_cast<const Pack*>(row_start<In>(p, r));
 #pragma unroll 4
       for (int64_t i = lane; i < nvec; i += kThreadsPerRow) {
-        const Pack v = x[i];
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) amax = abs_max_nan(amax, to_float(v.v[j]));
+        amax = pack_amax(amax, x[i]);
       }
     }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) amax = abs_max_nan(amax, __shfl_xor_sync(kFullMask, amax, offset));
-    if constexpr (kWarpsPerRow > 1) {
-      if (lane % 32 == 0) warp_amax[row_in_cta][lane / 32] = amax;
-      __syncthreads();
-#pragma unroll
-      for (int w = 0; w < kWarpsPerRow; ++w) amax = abs_max_nan(amax, warp_amax[row_in_cta][w]);
-      __syncthreads();  // the next iteration overwrites warp_amax
-    }
+    amax = row_amax<kThreadsPerRow, kRowsPerCta>(amax, row_in_cta, lane);
     if (!active) continue;
-    const float scale = rowwise_scale(amax, p.scale_ub, kMax);
+    const float scale = rowwise_scale(amax, p.scale_ub, kFp8Max<kFormat>);
     if (lane == 0) p.scale[r] = scale;
     OutPack<kVec>* q = reinterpret_cast<OutPack<kVec>*>(static_cast<__nv_fp8_storage_t*>(p.q) + r * p.K);
 #pragma unroll 4
-    for (int64_t i = lane; i < nvec; i += kThreadsPerRow) {
-      const Pack v = x[i];
-      float f[kVec];
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) f[j] = rowwise_scaled(to_float(v.v[j]), scale, kMax);
-      q[i] = to_fp8<kFormat, kVec>(f);
-    }
+    for (int64_t i = lane; i < nvec; i += kThreadsPerRow) q[i] = scaled_pack<In, kFormat, kVec>(x[i], scale);
   }
 }
 
-template <typename In, __nv_fp8_interpretation_t kFormat, int kVec, int kThreadsPerRow>
-cudaError_t launch_with(const QuantizeRowwiseParams& p, cudaStream_t stream) {
-  constexpr int kThreads = kThreadsPerRow < 256 ? 256 : kThreadsPerRow;
-  constexpr int kRowsPerCta = kThreads / kThreadsPerRow;
+// One CTA per row group, up to the grid's limit (the kernels loop past it).
+template <int kThreadsPerRow>
+unsigned grid_for(const QuantizeRowwiseParams& p) {
+  constexpr int kRowsPerCta = cta_threads(kThreadsPerRow) / kThreadsPerRow;
   const int64_t groups = (p.rows + kRowsPerCta - 1) / kRowsPerCta;
-  const unsigned grid = static_cast<unsigned>(groups < INT_MAX ? groups : INT_MAX);
-  quantize_rowwise_kernel<In, kFormat, kVec, kThreadsPerRow><<<grid, kThreads, 0, stream>>>(p);
+  return static_cast<unsigned>(groups < INT_MAX ? groups : INT_MAX);
+}
+
+template <typename In, __nv_fp8_interpretation_t kFormat, int kThreadsPerRow, int kPacks>
+cudaError_t launch_one_pass(const QuantizeRowwiseParams& p, cudaStream_t stream) {
+  quantize_rowwise_one_pass_kernel<In, kFormat, kThreadsPerRow, kPacks>
+      <<<grid_for<kThreadsPerRow>(p), cta_threads(kThreadsPerRow), 0, stream>>>(p);
   return cudaGetLastError();
 }
 
-template <typename In, __nv_fp8_interpretation_t kFormat, int kVec>
-cudaError_t launch_width(const QuantizeRowwiseParams& p, cudaStream_t stream) {
+template <typename In, __nv_fp8_interpretation_t kFormat, int kVec, int kThreadsPerRow>
+cudaError_t launch_two_pass(const QuantizeRowwiseParams& p, cudaStream_t stream) {
+  quantize_rowwise_two_pass_kernel<In, kFormat, kVec, kThreadsPerRow>
+      <<<grid_for<kThreadsPerRow>(p), cta_threads(kThreadsPerRow), 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+// 16-byte aligned rows: one pass with the narrowest width that holds the row in 4 packs a thread, two passes
+// past 64 KiB (8 packs a thread at 1024 threads would need more than the 64 registers a thread can have there).
+template <typename In, __nv_fp8_interpretation_t kFormat>
+cudaError_t launch_aligned(const QuantizeRowwiseParams& p, cudaStream_t stream) {
+  constexpr int kVec = 16 / sizeof(In);
+  const int64_t nvec = p.K / kVec;
+  if (nvec <= 32 * 4) return launch_one_pass<In, kFormat, 32, 4>(p, stream);
+  if (nvec <= 64 * 4) return launch_one_pass<In, kFormat, 64, 4>(p, stream);
+  if (nvec <= 128 * 4) return launch_one_pass<In, kFormat, 128, 4>(p, stream);
+  if (nvec <= 256 * 4) return launch_one_pass<In, kFormat, 256, 4>(p, stream);
+  if (nvec <= 512 * 4) return launch_one_pass<In, kFormat, 512, 4>(p, stream);
+  if (nvec <= 1024 * 4) return launch_one_pass<In, kFormat, 1024, 4>(p, stream);
+  return launch_two_pass<In, kFormat, kVec, 512>(p, stream);
+}
+
+// Rows that are not 16-byte aligned: two passes, one element a load.
+template <typename In, __nv_fp8_interpretation_t kFormat>
+cudaError_t launch_unaligned(const QuantizeRowwiseParams& p, cudaStream_t stream) {
   const int64_t row_bytes = p.K * static_cast<int64_t>(sizeof(In));
-  if (row_bytes <= 2048) return launch_with<In, kFormat, kVec, 32>(p, stream);
-  if (row_bytes <= 8192) return launch_with<In, kFormat, kVec, 128>(p, stream);
-  return launch_with<In, kFormat, kVec, 512>(p, stream);
+  if (row_bytes <= 2048) return launch_two_pass<In, kFormat, 1, 32>(p, stream);
+  if (row_bytes <= 8192) return launch_two_pass<In, kFormat, 1, 128>(p, stream);
+  return launch_two_pass<In, kFormat, 1, 512>(p, stream);
 }
 
 template <typename In, __nv_fp8_interpretation_t kFormat>
@@ -132,7 +257,7 @@ cudaError_t launch_typed(const QuantizeRowwiseParams& p, cudaStream_t stream) {
   constexpr int64_t kVec16 = 16 / sizeof(In);
   const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.outer_stride % kVec16 == 0 &&
                        p.inner_stride % kVec16 == 0;
-  return aligned ? launch_width<In, kFormat, kVec16>(p, stream) : launch_width<In, kFormat, 1>(p, stream);
+  return aligned ? launch_aligned<In, kFormat>(p, stream) : launch_unaligned<In, kFormat>(p, stream);
 }
 
 template <__nv_fp8_interpretation_t kFormat>

@@ -33,13 +33,14 @@ def decode_shapes(max_m: int) -> list[tuple[int, int, int]]:
 
 
 def quantize_launches(check: bool) -> int:
-    """quantize_rowwise on rows of each width class of its kernel (a warp, 128 or 512 threads per row), from each
-    input dtype to each FP8 format, 2-D and 3-D, aligned and not (a view that starts one element into a wider
-    buffer takes the element-wise loads); checked bit for bit against the CPU path."""
+    """quantize_rowwise on rows of each width class of its kernels (one pass: 32 to 1024 threads per row; two
+    passes: a warp, 128 or 512 threads), from each input dtype to each FP8 format, 2-D and 3-D, aligned and not (a
+    view that starts one element into a wider buffer takes the element-wise, two-pass loads; K = 36864 takes the
+    aligned two-pass kernel); checked bit for bit against the CPU path."""
     launches = 0
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         for fp8 in (torch.float8_e4m3fn, torch.float8_e5m2):
-            for M, K in ((1, 16), (9, 1024), (9, 2048), (3, 8192)):
+            for M, K in ((1, 16), (9, 1024), (9, 2048), (3, 8192), (2, 16384), (2, 28672), (2, 36864)):
                 wide = torch.randn(M, K + 16, device="cuda", dtype=dtype)
                 for what, x in (("aligned", wide[:, :K]), ("unaligned", wide[:, 1:1 + K]),
                                 ("3-D", wide[:, :K].reshape(1, M, K))):

@@ -173,8 +173,11 @@ def test_torch_compile_fullgraph(dynamic):
 
 # ---- the CUDA kernel on an sm_90 GPU: bit-exact with the CPU path ----
 
-GPU_SHAPES = [(1, 16), (3, 48), (17, 1040), (255, 2048), (33, 4096), (7, 8192), (5, 28672), (1000, 4096),
-              (2, 9, 4096), (4, 1, 128)]
+# Every width of the one-pass kernel (a row of 16-bit values: 32 threads up to K = 1024, then 64, 128, 256, 512 and
+# 1024 threads up to K = 32768; float32 rows need twice the threads) and the aligned two-pass kernel past 64 KiB a
+# row (the last two shapes; 28672 in float32 too).
+GPU_SHAPES = [(1, 16), (3, 48), (17, 1040), (255, 2048), (33, 4096), (7, 8192), (5, 16384), (5, 28672),
+              (1000, 4096), (2, 9, 4096), (4, 1, 128), (3, 32768), (3, 36864)]
 
 
 @pytest.mark.gpu
