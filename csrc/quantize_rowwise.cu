@@ -45,7 +45,7 @@ struct alignas(kVec) OutPack {
 template <__nv_fp8_interpretation_t kFormat, int kVec>
 __device__ __forceinline__ OutPack<kVec> to_fp8(const float (&v)[kVec]) {
   OutPack<kVec> out;
-  // Round to nearest even; SATFINITE only matters for NaN (kept NaN), as the values are clamped already.
+  // Round to nearest even; SATFINITE clamps to the finite range and keeps NaN.
   if constexpr (kVec % 2 == 0) {
 #pragma unroll
     for (int i = 0; i < kVec; i += 2) {
@@ -101,13 +101,9 @@ __device__ __forceinline__ float row_amax(float amax, int row_in_cta, int lane) 
 template <typename In, int kVec>
 __device__ __forceinline__ float pack_amax(float amax, const InPack<In, kVec>& v) {
   if constexpr (kVec >= 4 && (std::is_same_v<In, __nv_bfloat16> || std::is_same_v<In, __half>)) {
-    auto pair = [&](int j) {
-      if constexpr (std::is_same_v<In, __nv_bfloat16>) {
-        return __habs2(__halves2bfloat162(v.v[2 * j], v.v[2 * j + 1]));
-      } else {
-        return __habs2(__halves2half2(v.v[2 * j], v.v[2 * j + 1]));
-      }
-    };
+    using Pair = std::conditional_t<std::is_same_v<In, __nv_bfloat16>, __nv_bfloat162, __half2>;
+    const Pair* pairs = reinterpret_cast<const Pair*>(v.v);
+    auto pair = [&](int j) { return __habs2(pairs[j]); };
     auto m = pair(0);
 #pragma unroll
     for (int j = 1; j < kVec / 2; ++j) m = __hmax2_nan(m, pair(j));
@@ -119,11 +115,25 @@ __device__ __forceinline__ float pack_amax(float amax, const InPack<In, kVec>& v
   }
 }
 
+// q for one pack: x * inv, cast with round to nearest even. The cast saturates finite values and infinities to
+// +-FP8_MAX and keeps NaN (SATFINITE), which is the formula's clamp: the CPU path clamps first, and both give the
+// same bits.
 template <typename In, __nv_fp8_interpretation_t kFormat, int kVec>
-__device__ __forceinline__ OutPack<kVec> scaled_pack(const InPack<In, kVec>& v, float scale) {
+__device__ __forceinline__ OutPack<kVec> scaled_pack(const InPack<In, kVec>& v, float inv) {
   float f[kVec];
+  if constexpr (std::is_same_v<In, __nv_bfloat16> && kVec % 2 == 0) {
+    // bfloat16 is the top half of a float32: widen each half of the packed 32-bit words in place, which keeps the
+    // pack in its 4 registers instead of one register per element.
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(v.v);
 #pragma unroll
-  for (int j = 0; j < kVec; ++j) f[j] = rowwise_scaled(to_float(v.v[j]), scale, kFp8Max<kFormat>);
+    for (int j = 0; j < kVec / 2; ++j) {
+      f[2 * j] = __uint_as_float(w[j] << 16) * inv;
+      f[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u) * inv;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) f[j] = to_float(v.v[j]) * inv;
+  }
   return to_fp8<kFormat, kVec>(f);
 }
 
@@ -161,13 +171,14 @@ __global__ void __launch_bounds__(cta_threads(kThreadsPerRow)) quantize_rowwise_
     }
     amax = row_amax<kThreadsPerRow, kRowsPerCta>(amax, row_in_cta, lane);
     if (!active) continue;
-    const float scale = rowwise_scale(amax, p.scale_ub, kFp8Max<kFormat>);
-    if (lane == 0) p.scale[r] = scale;
+    amax = rowwise_amax(amax, p.scale_ub);
+    if (lane == 0) p.scale[r] = amax / kFp8Max<kFormat>;
+    const float inv = kFp8Max<kFormat> / amax;
     OutPack<kVec>* q = reinterpret_cast<OutPack<kVec>*>(static_cast<__nv_fp8_storage_t*>(p.q) + r * p.K);
 #pragma unroll
     for (int j = 0; j < kPacks; ++j) {
       const int64_t i = lane + static_cast<int64_t>(j) * kThreadsPerRow;
-      if (i < nvec) q[i] = scaled_pack<In, kFormat, kVec>(v[j], scale);
+      if (i < nvec) q[i] = scaled_pack<In, kFormat, kVec>(v[j], inv);
     }
   }
 }
@@ -196,11 +207,12 @@ __global__ void __launch_bounds__(cta_threads(kThreadsPerRow)) quantize_rowwise_
     }
     amax = row_amax<kThreadsPerRow, kRowsPerCta>(amax, row_in_cta, lane);
     if (!active) continue;
-    const float scale = rowwise_scale(amax, p.scale_ub, kFp8Max<kFormat>);
-    if (lane == 0) p.scale[r] = scale;
+    amax = rowwise_amax(amax, p.scale_ub);
+    if (lane == 0) p.scale[r] = amax / kFp8Max<kFormat>;
+    const float inv = kFp8Max<kFormat> / amax;
     OutPack<kVec>* q = reinterpret_cast<OutPack<kVec>*>(static_cast<__nv_fp8_storage_t*>(p.q) + r * p.K);
 #pragma unroll 4
-    for (int64_t i = lane; i < nvec; i += kThreadsPerRow) q[i] = scaled_pack<In, kFormat, kVec>(x[i], scale);
+    for (int64_t i = lane; i < nvec; i += kThreadsPerRow) q[i] = scaled_pack<In, kFormat, kVec>(x[i], inv);
   }
 }
 

@@ -4,9 +4,12 @@
 // For each row x[r, :] of K values (computed in float32):
 //   amax  = max |x[r, k]|;  amax = min(amax, scale_ub) if scale_ub is given;  amax = max(amax, 1e-12)
 //   scale = amax / FP8_MAX                       (448 for e4m3fn, 57344 for e5m2)
-//   q[r, k] = fp8(clamp(x[r, k] / scale, -FP8_MAX, FP8_MAX))   (round to nearest even)
-// so that q * scale approximates x. A NaN in a row makes its amax, its scale and every q of it NaN; the
-// comparisons below are written so that both paths propagate it the same way (fminf/fmaxf would drop it).
+//   inv   = FP8_MAX / amax
+//   q[r, k] = fp8(clamp(x[r, k] * inv, -FP8_MAX, FP8_MAX))   (round to nearest even)
+// so that q * scale approximates x. Each element costs one multiplication by the row's inv, not a division (an
+// IEEE float32 division is about ten instructions, and at that cost the kernel is bound by instruction issue, not
+// by memory). A NaN in a row makes its amax, its scale and every q of it NaN; the comparisons below are written so
+// that both paths propagate it the same way (fminf/fmaxf would drop it).
 #pragma once
 
 #include <cstdint>
@@ -30,16 +33,17 @@ FP8EXT_HOST_DEVICE inline float abs_max_nan(float a, float v) {
   return (m > a || m != m) ? m : a;
 }
 
-// The row's scale from its amax (scale_ub <= 0 means none was given; validation admits only finite ub > 0).
-FP8EXT_HOST_DEVICE inline float rowwise_scale(float amax, float scale_ub, float fp8_max) {
+// The row's amax after the bound and the floor (scale_ub <= 0 means none was given; validation admits only finite
+// ub > 0): scale = amax / fp8_max and inv = fp8_max / amax.
+FP8EXT_HOST_DEVICE inline float rowwise_amax(float amax, float scale_ub) {
   if (scale_ub > 0.0f && amax > scale_ub) amax = scale_ub;
   if (amax < kQuantizeMinAmax) amax = kQuantizeMinAmax;
-  return amax / fp8_max;
+  return amax;
 }
 
-// x / scale clamped to the finite FP8 range (NaN passes through), before the round-to-nearest-even cast.
-FP8EXT_HOST_DEVICE inline float rowwise_scaled(float x, float scale, float fp8_max) {
-  const float v = x / scale;
+// x * inv clamped to the finite FP8 range (NaN passes through), before the round-to-nearest-even cast.
+FP8EXT_HOST_DEVICE inline float rowwise_scaled(float x, float inv, float fp8_max) {
+  const float v = x * inv;
   return v > fp8_max ? fp8_max : (v < -fp8_max ? -fp8_max : v);
 }
 

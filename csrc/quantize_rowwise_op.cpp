@@ -37,11 +37,12 @@ void quantize_rows_cpu(const QuantizeRowwiseParams& p) {
       const In* row = x + (r / p.inner_rows) * p.outer_stride + (r % p.inner_rows) * p.inner_stride;
       float amax = 0.0f;
       for (int64_t k = 0; k < p.K; ++k) amax = abs_max_nan(amax, static_cast<float>(row[k]));
-      const float scale = rowwise_scale(amax, p.scale_ub, fp8_max);
-      p.scale[r] = scale;
+      amax = rowwise_amax(amax, p.scale_ub);
+      p.scale[r] = amax / fp8_max;
+      const float inv = fp8_max / amax;
       Out* out = q + r * p.K;
       // c10's float -> FP8 conversions round to nearest even, as the kernel's cvt.rn does.
-      for (int64_t k = 0; k < p.K; ++k) out[k] = Out(rowwise_scaled(static_cast<float>(row[k]), scale, fp8_max));
+      for (int64_t k = 0; k < p.K; ++k) out[k] = Out(rowwise_scaled(static_cast<float>(row[k]), inv, fp8_max));
     }
   });
 }

@@ -12,9 +12,9 @@ OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor",
 
 
 def formula(x, dtype=E4M3, scale_ub=None):
-    """The documented numerics, in float64 where nothing rounds: amax is exact in any precision, and a quotient
-    of two float32 numbers computed in float64 and rounded to float32 is the correctly rounded float32 quotient,
-    which is what the op computes."""
+    """The documented numerics, in float64 where nothing rounds: amax is exact in any precision, a quotient of two
+    float32 numbers computed in float64 and rounded to float32 is the correctly rounded float32 quotient, and a
+    product of two float32 numbers is exact in float64, so rounding it to float32 gives what the op computes."""
     fmax = FP8_MAX[dtype]
     xd = x.double()
     amax = xd.abs().amax(dim=-1, keepdim=True)
@@ -22,7 +22,8 @@ def formula(x, dtype=E4M3, scale_ub=None):
         amax = amax.clamp(max=float(torch.tensor(scale_ub, dtype=torch.float32)))
     amax = amax.clamp(min=float(torch.tensor(1e-12, dtype=torch.float32)))
     scale = (amax / fmax).float()
-    q = (xd / scale.double()).float().clamp(-fmax, fmax).to(dtype)
+    inv = (fmax / amax).float()
+    q = (xd * inv.double()).float().clamp(-fmax, fmax).to(dtype)
     return q, scale
 
 

@@ -26,7 +26,7 @@ def quantize_rowwise(x: torch.Tensor, dtype: torch.dtype = E4M3,
         amax  = min(amax, scale_ub)            # only if scale_ub is given
         amax  = max(amax, 1e-12)               # an all-zero row gets a finite scale
         scale = amax / FP8_MAX                 # 448 for float8_e4m3fn, 57344 for float8_e5m2
-        x_fp8 = fp8(clamp(x / scale, -FP8_MAX, FP8_MAX))   # round to nearest even
+        x_fp8 = fp8(clamp(x * (FP8_MAX / amax), -FP8_MAX, FP8_MAX))   # round to nearest even
 
     so that ``x_fp8.float() * scale`` approximates ``x``; ``scale`` is what fp8ext.scaled_mm takes as scale_a
     (per token) or, for a weight ``[N, K]``, as scale_b (``scale.view(1, N)``). A NaN in a row makes the row's

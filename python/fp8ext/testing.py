@@ -49,7 +49,7 @@ def quantize_rowwise(x: torch.Tensor, dtype=torch.float8_e4m3fn):
     """x [R, C] float -> (fp8 [R, C], float32 scales [R, 1]) with x ~= q * scale, the usual row-wise recipe."""
     amax = x.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12)
     scale = amax / FP8_MAX[dtype]
-    q = (x.float() / scale).clamp(-FP8_MAX[dtype], FP8_MAX[dtype]).to(dtype)
+    q = (x.float() * (FP8_MAX[dtype] / amax)).clamp(-FP8_MAX[dtype], FP8_MAX[dtype]).to(dtype)
     return q, scale
 
 
