@@ -14,8 +14,8 @@
 # invariance through dispatch), host (host time per eager call), floor (decode against an empty kernel and a plain
 # read), autotune (the autotuner's picks against the cost model's), edge (NaN, inf, zero scales and overflow against
 # cuBLASLt), model (a Llama-3 8B/70B-shaped decoder stack end to end: bf16, fp8ext.convert, torch row-wise and
-# torchao; prefill and decode tokens/s, top-1 agreement; plot in $OUT_DIR/model.png), quantize (quantize_rowwise
-# against copy bandwidth and an empty launch), linear (Float8Linear against bf16 nn.Linear on Llama-3 layers),
+# torchao; prefill and decode tokens/s, top-1 agreement; plot in $OUT_DIR/model.png; FP8EXT_MODEL_ARGS adds options,
+# e.g. "--config 8b --compile"), quantize (quantize_rowwise against copy bandwidth and an empty launch), linear (Float8Linear against bf16 nn.Linear on Llama-3 layers),
 # sanitize (scripts/sanitize.sh). Each of inductor, invariance, host, floor, autotune, edge, model, quantize and
 # linear is `python -m fp8ext.bench --suite NAME` (NAME inductor-peer for inductor), its record in
 # $OUT_DIR/NAME.json and its output in $OUT_DIR/NAME.log. Wheels that the machine lacks (nvidia-cutlass for the headers) may be placed
@@ -153,7 +153,7 @@ if [[ $STAGES == *,edge,* ]]; then
 fi
 
 if [[ $STAGES == *,model,* ]]; then
-  probe model --plot "$OUT_DIR/model.png"
+  probe model --plot "$OUT_DIR/model.png" ${FP8EXT_MODEL_ARGS:-}
   sed -n '/model summary/,$p' "$OUT_DIR/model.log"
 fi
 

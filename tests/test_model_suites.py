@@ -122,6 +122,42 @@ def test_tiny_model_comparison_timed_on_cpu(tiny_timed, tmp_path):
     assert model_suite.plot(rows, str(tmp_path / "m.png")) and (tmp_path / "m.png").stat().st_size > 0
 
 
+@pytest.mark.skipif(not torch_cpu_takes_rowwise_scales(),
+                    reason="the torch._scaled_mm row-wise peer: this torch's CPU path takes per-tensor scales only")
+def test_tiny_model_compiled_modes(monkeypatch):
+    """--compile: prefill under torch.compile and the compiled decode step as a CUDA graph, for the variants asked
+    for. Dynamo traces the real models (backend "eager": no code generation on CPU); the clock is scripted."""
+    pytest.importorskip("transformers")
+    compiled_models = []
+
+    def compile_eager(model):
+        compiled_models.append(model)
+        return torch.compile(model, backend="eager", dynamic=False, fullgraph=False)
+
+    def fake_clock(fn):
+        fn()
+        return 1.0
+
+    monkeypatch.setattr(model_suite, "compile_model", compile_eager)
+    monkeypatch.setattr(model_suite, "_event_ms", fake_clock)
+    monkeypatch.setattr(model_suite, "cuda_graph", lambda step: step)
+    torch._dynamo.reset()
+    res = model_suite.compare("tiny", layers=1, vocab=256, device="cpu", prefill_shapes=[(1, 32)],
+                              decode_batches=[2], ctx=8, timed=True, compiled=True, iters=2, rounds=1,
+                              torchao=False, compile_variants=["bf16", "fp8ext"])
+    assert len(compiled_models) == 2
+    pre, dec = res["prefill"][0], res["decode"][0]
+    assert set(pre["compiled"]["ms"]) == {"bf16", "fp8ext"} and pre["compiled"]["speedup"]["vs_bf16"]["fp8ext"] == 1.0
+    assert set(dec["compiled_graph"]["ms"]) == {"bf16", "fp8ext"}, dec["compiled_graph"]
+    assert all(isinstance(ms, float) for ms in dec["compiled_graph"]["ms"].values()), dec["compiled_graph"]
+    modes = {(r["phase"], r["mode"]) for r in model_suite.flat_rows([res])}
+    assert {("prefill", "compiled"), ("decode", "compiled_graph")} <= modes
+    summary = model_suite.summarize([res])
+    assert summary["tiny decode compiled graph b=2 fp8ext/bf16 tok/s"] == 1.0
+    assert summary["tiny prefill compiled 1x32 fp8ext/bf16 tok/s"] == 1.0
+    torch._dynamo.reset()
+
+
 def test_model_summary_with_failures():
     results = [{"config": "70b", "error": "failed: OutOfMemoryError: x"},
                {"config": "8b", "variant_errors": {"torchao": "failed: ImportError: no torchao"},

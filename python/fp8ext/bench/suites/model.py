@@ -21,6 +21,11 @@ torch_rowwise and torchao; against bf16, the largest per-token relative L2 error
 logits, and top-1 agreement (the fraction of positions whose argmax equals bf16's) over 512 prefill positions (the
 last 512 // batch positions of each sequence) and over the batch's decode positions. A failure of one variant or
 one measurement is recorded as a "failed: ..." string in its place.
+
+With --compile, the variants of --compile-variants are also timed under torch.compile (inductor, one graph per
+shape): prefill ("compiled") and the decode step replayed as a CUDA graph ("compiled_graph"). Eager HF Llama runs
+its norms, rotary embedding, activation and residual adds as many small kernels that FP8 does not speed up; under
+inductor they fuse, which is how serving stacks run the model, and the GEMMs' share of the time grows.
 """
 from __future__ import annotations
 
@@ -169,9 +174,12 @@ def prefill(model: nn.Module, ids: torch.Tensor, keep: int = 1, hidden: bool = F
     return model(ids, use_cache=False, logits_to_keep=keep, output_hidden_states=hidden)
 
 
-def decode_step(model: nn.Module, batch: int, ctx: int, vocab: int, device) -> Callable[[], torch.Tensor]:
+def decode_step(model: nn.Module, batch: int, ctx: int, vocab: int, device,
+                step_model: Optional[Callable] = None) -> Callable[[], torch.Tensor]:
     """One decode step: `batch` new tokens at position `ctx` of a static KV cache prefilled with `ctx` tokens. The
-    step always writes the same cache slot, so it can be repeated and captured as a CUDA graph."""
+    step always writes the same cache slot, so it can be repeated and captured as a CUDA graph. `step_model` (the
+    model under torch.compile, say) runs the step; `model` itself prefills the cache."""
+    step_model = model if step_model is None else step_model
     tf = _transformers()
     gen = torch.Generator(device="cpu").manual_seed(1)
     cache = tf.StaticCache(config=model.config, max_cache_len=ctx + 1)
@@ -190,10 +198,16 @@ def decode_step(model: nn.Module, batch: int, ctx: int, vocab: int, device) -> C
                 layer.cumulative_length.fill_(ctx)
             else:
                 layer.cumulative_length = ctx
-        return model(ids, past_key_values=cache, cache_position=pos, position_ids=position_ids,
-                     use_cache=True).logits
+        return step_model(ids, past_key_values=cache, cache_position=pos, position_ids=position_ids,
+                          use_cache=True).logits
 
     return step
+
+
+def compile_model(model: nn.Module) -> Callable:
+    """The model under torch.compile (inductor, default mode), specialised to each shape it sees (dynamic=False):
+    every prefill shape and decode batch is its own graph."""
+    return torch.compile(model, dynamic=False)
 
 
 def cuda_graph(fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
@@ -225,6 +239,7 @@ def accuracy(outputs: dict, ref, metrics: Callable[[object, object], dict]) -> t
 
 
 def _prefill_row(models, batch, seq, vocab, device, timed, compiled, iters, rounds) -> dict:
+    """`compiled`: {variant: the model under torch.compile} to time as well (empty: none)."""
     ids = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(seq)).to(device)
     keep = max(1, min(seq, TOP1_POSITIONS // batch))
     row = {"batch": batch, "seq": seq, "tokens": batch * seq, "top1_positions": batch * keep}
@@ -248,12 +263,22 @@ def _prefill_row(models, batch, seq, vocab, device, timed, compiled, iters, roun
         row["eager"] = timing_entry(time_ms({n: lambda m=m: prefill(m, ids) for n, m in models.items()},
                                             iters, rounds), batch * seq)
         if compiled:
-            row["compiled"] = timing_entry(time_ms({n: lambda f=torch.compile(m): prefill(f, ids)
-                                                    for n, m in models.items()}, iters, rounds), batch * seq)
+            row["compiled"] = timing_entry(time_ms({n: lambda f=f: prefill(f, ids) for n, f in compiled.items()},
+                                                   iters, rounds), batch * seq)
     return row
 
 
-def _decode_row(models, batch, ctx, vocab, device, timed, iters, rounds) -> dict:
+def _graphs(steps: dict) -> tuple[dict, dict]:
+    """Each step captured as a CUDA graph: ({name: replay} of those captured, {name: failure} of the rest, the
+    failures of the steps themselves included)."""
+    graphs = {n: s if isinstance(s, str) else guarded(lambda s=s: cuda_graph(s)) for n, s in steps.items()}
+    return ({n: g for n, g in graphs.items() if not isinstance(g, str)},
+            {n: g for n, g in graphs.items() if isinstance(g, str)})
+
+
+def _decode_row(models, batch, ctx, vocab, device, timed, iters, rounds, compiled=None) -> dict:
+    """`compiled`: {variant: the model under torch.compile}, whose decode step is also timed as a CUDA graph
+    ("compiled_graph": inductor fuses the layers' small kernels, the graph removes the launches)."""
     steps = {name: guarded(lambda m=m: decode_step(m, batch, ctx, vocab, device)) for name, m in models.items()}
     logits = {name: s if isinstance(s, str) else guarded(s) for name, s in steps.items()}
     row = {"batch": batch, "ctx": ctx, "tokens": batch}
@@ -268,35 +293,48 @@ def _decode_row(models, batch, ctx, vocab, device, timed, iters, rounds) -> dict
         runnable = {n: s for n, s in steps.items() if not isinstance(s, str)}
         failed = {n: s for n, s in steps.items() if isinstance(s, str)}
         row["eager"] = timing_entry({**failed, **time_ms(runnable, iters, rounds)}, batch)
-        graphs = {n: guarded(lambda s=s: cuda_graph(s)) for n, s in runnable.items()}
-        ok = {n: g for n, g in graphs.items() if not isinstance(g, str)}
-        row["graph"] = timing_entry({**failed, **{n: g for n, g in graphs.items() if isinstance(g, str)},
-                                     **time_ms(ok, iters, rounds)}, batch)
-        del graphs, ok
+        ok, not_captured = _graphs(steps)
+        row["graph"] = timing_entry({**not_captured, **time_ms(ok, iters, rounds)}, batch)
+        del ok
+        if compiled:
+            csteps = {n: guarded(lambda n=n, f=f: decode_step(models[n], batch, ctx, vocab, device, step_model=f))
+                      for n, f in compiled.items()}
+            ok, not_captured = _graphs(csteps)
+            row["compiled_graph"] = timing_entry({**not_captured, **time_ms(ok, iters, rounds)}, batch)
+            del ok, csteps
     del steps
     return row
 
 
 def compare(config: str = "8b", layers: int = 2, vocab: int = LLAMA3_VOCAB, device="cuda",
             prefill_shapes=PREFILL, decode_batches=DECODE_BATCHES, ctx: int = 256, timed: bool = True,
-            compiled: bool = False, iters: int = 20, rounds: int = 2, torchao: bool = True) -> dict:
+            compiled: bool = False, iters: int = 20, rounds: int = 2, torchao: bool = True,
+            compile_variants: Optional[list[str]] = None) -> dict:
     """One config: accuracy of each variant against bf16 and, with `timed` (a CUDA device), its speed. Every
-    prefill shape and decode batch is guarded: its failure is recorded in its row's place."""
+    prefill shape and decode batch is guarded: its failure is recorded in its row's place. With `compiled`, the
+    variants in `compile_variants` (default: all) are also timed under torch.compile: prefill, and the decode step
+    replayed as a CUDA graph."""
     model = build_model(config, layers, vocab, device)
     models, report, variant_errors = variants(model, torchao)
+    under_compile = {}
+    if compiled and timed:
+        names = [n for n in models if compile_variants is None or n in compile_variants]
+        under_compile = {n: compile_model(models[n]) for n in names}
     result = {"config": config, "shapes": CONFIGS[config], "layers": layers, "vocab": vocab, "ctx": ctx,
               "convert": report, "variants": list(models), "variant_errors": variant_errors,
               "prefill": [], "decode": []}
     with torch.inference_mode():
         for batch, seq in prefill_shapes:
-            row = guarded(lambda: _prefill_row(models, batch, seq, vocab, device, timed, compiled, iters, rounds))
+            row = guarded(lambda: _prefill_row(models, batch, seq, vocab, device, timed, under_compile, iters,
+                                               rounds))
             result["prefill"].append(row if isinstance(row, dict) else {"batch": batch, "seq": seq, "error": row})
             _free(device)
         for batch in decode_batches:
-            row = guarded(lambda: _decode_row(models, batch, ctx, vocab, device, timed, iters, rounds))
+            row = guarded(lambda: _decode_row(models, batch, ctx, vocab, device, timed, iters, rounds,
+                                              under_compile))
             result["decode"].append(row if isinstance(row, dict) else {"batch": batch, "error": row})
             _free(device)
-    del models, model
+    del models, model, under_compile
     _free(device)
     return result
 
@@ -316,7 +354,7 @@ def flat_rows(results: list[dict]) -> list[dict]:
         for phase in ("prefill", "decode"):
             for r in res.get(phase, []):
                 shape = f"{r['batch']}x{r['seq']}" if phase == "prefill" else f"batch {r['batch']}"
-                for mode in ("eager", "graph", "compiled"):
+                for mode in ("eager", "graph", "compiled", "compiled_graph"):
                     entry = r.get(mode)
                     if not entry:
                         continue
@@ -347,6 +385,11 @@ def summarize(results: list[dict]) -> dict:
                 shape = f"{r['batch']}x{r['seq']}" if phase == "prefill" else f"b={r['batch']}"
                 entry = r.get(mode) or {}
                 tag = "prefill" if phase == "prefill" else "decode graph"
+                extras = (("compiled", "prefill compiled"), ("compiled_graph", "decode compiled graph"))
+                for extra, extra_tag in extras:
+                    if r.get(extra):
+                        out[f"{c} {extra_tag} {shape} fp8ext/bf16 tok/s"] = _value(
+                            r[extra]["speedup"]["vs_bf16"].get("fp8ext"))
                 out[f"{c} {tag} {shape} fp8ext/bf16 tok/s"] = _value(
                     entry.get("speedup", {}).get("vs_bf16", {}).get("fp8ext") if entry else r.get("error"))
                 for peer in over:
@@ -367,8 +410,9 @@ def plot(rows: list[dict], path: str) -> bool:
     if plt is None:
         return False
     panels = [("prefill", "eager"), ("decode", "graph"), ("decode", "eager")]
+    panels += [("decode", "compiled_graph")] if any(r["mode"] == "compiled_graph" for r in rows) else []
     configs = list(dict.fromkeys(r["config"] for r in rows))
-    fig, axes = plt.subplots(max(1, len(configs)), len(panels), figsize=(15, 3.8 * max(1, len(configs))),
+    fig, axes = plt.subplots(max(1, len(configs)), len(panels), figsize=(5 * len(panels), 3.8 * max(1, len(configs))),
                              squeeze=False)
     for ax_row, config in zip(axes, configs):
         for ax, (phase, mode) in zip(ax_row, panels):
@@ -384,7 +428,8 @@ def plot(rows: list[dict], path: str) -> bool:
             ax.set_xticklabels(shapes)
             ax.set_yscale("log")
             ax.set_ylabel("tokens/s")
-            ax.set_title(f"{config}: {phase} ({'CUDA graph' if mode == 'graph' else mode})")
+            titles = {"graph": "CUDA graph", "compiled_graph": "torch.compile + CUDA graph"}
+            ax.set_title(f"{config}: {phase} ({titles.get(mode, mode)})")
             ax.grid(True, axis="y", which="both", alpha=0.3)
             if names:
                 ax.legend(fontsize=7)
@@ -402,7 +447,8 @@ def method(args) -> str:
             f"warm-up, no L2 flush (a forward's weights far exceed L2); prefill times the last token's logits; "
             f"accuracy against bf16 on the last {TOP1_POSITIONS} // batch positions of each prefill sequence and on "
             f"each decode step; decode against a static KV cache of {args.ctx} tokens"
-            + ("; also torch.compile prefill" if args.compile else ""))
+            + (f"; also under torch.compile (inductor, dynamic=False; {args.compile_variants}): prefill, and the "
+               "decode step replayed as a CUDA graph" if args.compile else ""))
 
 
 @register_suite("model", help="Llama-3-shaped decoder stack end to end: bf16, fp8ext, torch row-wise, torchao",
@@ -414,13 +460,17 @@ def method(args) -> str:
                          "--iters": dict(type=int, default=20, help="model suite: timed forwards per measurement"),
                          "--model-rounds": dict(type=int, default=2,
                                                 help="model suite: interleaved turns the forwards are split into"),
-                         "--compile": dict(action="store_true", help="model suite: also prefill under torch.compile"),
+                         "--compile": dict(action="store_true", help="model suite: also time prefill and the decode "
+                                           "step (as a CUDA graph) under torch.compile"),
+                         "--compile-variants": dict(default="bf16,fp8ext,torchao",
+                                                    help="model suite: the variants --compile times (comma-separated)"),
                          "--no-torchao": dict(action="store_true", help="model suite: leave the torchao variant out")})
 def model(args) -> dict:
     results = []
     for config in (c.strip() for c in args.config.split(",")):
         res = guarded(lambda: compare(config, args.layers, args.vocab, "cuda", ctx=args.ctx, compiled=args.compile,
-                                      iters=args.iters, rounds=args.model_rounds, torchao=not args.no_torchao))
+                                      iters=args.iters, rounds=args.model_rounds, torchao=not args.no_torchao,
+                                      compile_variants=[v.strip() for v in args.compile_variants.split(",")]))
         results.append(res if isinstance(res, dict) else {"config": config, "error": res})
         _free("cuda")
         if not args.quiet:
