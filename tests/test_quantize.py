@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import fp8ext
+from fp8ext import testing as fp8ext_testing
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 FP8_MAX = {E4M3: 448.0, E5M2: 57344.0}
@@ -22,7 +23,7 @@ def formula(x, dtype=E4M3, scale_ub=None):
         amax = amax.clamp(max=float(torch.tensor(scale_ub, dtype=torch.float32)))
     amax = amax.clamp(min=float(torch.tensor(1e-12, dtype=torch.float32)))
     scale = (amax / fmax).float()
-    inv = (fmax / amax).float()
+    inv = (torch.full_like(amax, fmax) / amax).float()  # a true division (fmax / amax would be a reciprocal)
     q = (xd * inv.double()).float().clamp(-fmax, fmax).to(dtype)
     return q, scale
 
@@ -41,6 +42,15 @@ def random_rows(*shape, dtype=torch.bfloat16, device="cpu"):
     x = torch.randn(*shape, device=device)
     x = x * torch.exp2(torch.randint(-span, span, (*shape[:-1], 1), device=device).float())
     return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [E4M3, E5M2])
+@pytest.mark.parametrize("in_dtype", IN_DTYPES)
+def test_the_testing_helper_quantizes_as_the_op(in_dtype, dtype):
+    # fp8ext.testing.quantize_rowwise is the torch-ops peer of the benchmarks and the e2e comparison: it must give
+    # the op's bits, or the peers compare different activations.
+    x = random_rows(65, 160, dtype=in_dtype)
+    assert_same(fp8ext_testing.quantize_rowwise(x, dtype), fp8ext.quantize_rowwise(x, dtype=dtype))
 
 
 @pytest.mark.parametrize("dtype", [E4M3, E5M2])

@@ -49,7 +49,10 @@ def quantize_rowwise(x: torch.Tensor, dtype=torch.float8_e4m3fn):
     """x [R, C] float -> (fp8 [R, C], float32 scales [R, 1]) with x ~= q * scale, the usual row-wise recipe."""
     amax = x.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12)
     scale = amax / FP8_MAX[dtype]
-    q = (x.float() * (FP8_MAX[dtype] / amax)).clamp(-FP8_MAX[dtype], FP8_MAX[dtype]).to(dtype)
+    # A true float32 division, as fp8ext.quantize_rowwise does: `python_float / tensor` is computed as
+    # tensor.reciprocal() * python_float, which is not correctly rounded and moves an FP8 value now and then.
+    inv = torch.full_like(amax, FP8_MAX[dtype]) / amax
+    q = (x.float() * inv).clamp(-FP8_MAX[dtype], FP8_MAX[dtype]).to(dtype)
     return q, scale
 
 
