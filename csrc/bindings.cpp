@@ -58,7 +58,7 @@ TensorMeta operand_meta(at::IntArrayRef v, at::ScalarType dtype, at::Device devi
               "fp8ext._check_scaled_mm_meta: malformed operand metadata ", v);
   const auto dim = static_cast<size_t>(v[0]);
   const int64_t offset = v[2 * dim + 1];
-  return {v.slice(1, dim), v.slice(1 + dim, dim), dtype, device, offset,
+  return {v.slice(1, dim), v.slice(1 + dim, dim), dtype, {device.type(), device.index()}, offset,
           static_cast<std::uintptr_t>(offset) * c10::elementSize(dtype)};
 }
 

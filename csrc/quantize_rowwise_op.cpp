@@ -15,7 +15,7 @@
 namespace fp8ext {
 namespace {
 
-#define FP8EXT_CHECK_QUANT(cond, arg, ...) TORCH_CHECK(cond, "fp8ext.quantize_rowwise: ", arg, ": ", __VA_ARGS__)
+#define FP8EXT_CHECK_QUANT(cond, arg, ...) FP8EXT_CHECK(cond, "fp8ext.quantize_rowwise: ", arg, ": ", __VA_ARGS__)
 
 QuantSrc to_src(at::ScalarType t) {
   switch (t) {
@@ -58,8 +58,8 @@ void quantize_cpu_typed(const QuantizeRowwiseParams& p) {
 
 }  // namespace
 
-QuantizeRowwiseParams check_quantize_rowwise(at::IntArrayRef sizes, at::IntArrayRef strides, at::ScalarType x_dtype,
-                                             std::optional<at::ScalarType> dtype, std::optional<double> scale_ub) {
+QuantizeRowwiseParams check_quantize_rowwise(IntSpan sizes, IntSpan strides, ScalarType x_dtype,
+                                             std::optional<ScalarType> dtype, std::optional<double> scale_ub) {
   const at::ScalarType out_dtype = dtype.value_or(at::kFloat8_e4m3fn);
   FP8EXT_CHECK_QUANT(out_dtype == at::kFloat8_e4m3fn || out_dtype == at::kFloat8_e5m2, "dtype",
                      "expected torch.float8_e4m3fn or torch.float8_e5m2, got ", dtype_name(out_dtype));

@@ -1,5 +1,6 @@
-// Declarations shared by the libtorch-facing files: the one validation of the op's contract, the reference
-// path, and the per-backend entries registered in bindings.cpp / scaled_mm_cuda.cu.
+// Declarations shared by the libtorch-facing files: the op's validation on real tensors (the checks themselves
+// are in scaled_mm_checks.h), the reference path, and the per-backend entries registered in bindings.cpp /
+// scaled_mm_cuda.cu.
 #pragma once
 
 #include <cstdint>
@@ -7,55 +8,27 @@
 #include <string>
 
 #include <ATen/core/Tensor.h>
-#include <c10/util/accumulate.h>
+
+#include "scaled_mm_checks.h"
 
 namespace fp8ext {
 
-// The names users know from Python ("torch.bfloat16", "[2, 32, 64]"), for the ops' error messages.
-std::string dtype_name(at::ScalarType t);
-std::string shape_str(at::IntArrayRef sizes);
+// A real tensor's metadata for the checks (scaled_mm_checks.h). const_data_ptr: reading the address must not
+// materialise a copy-on-write tensor.
+inline TensorMeta tensor_meta(const at::Tensor& t) {
+  return {t.sizes(), t.strides(), t.scalar_type(), {t.device().type(), t.device().index()}, t.storage_offset(),
+          reinterpret_cast<std::uintptr_t>(t.const_data_ptr())};
+}
 
-// What validation learned about a call, so the backends need not re-derive it.
-struct ScaledMmProblem {
-  int64_t M = 0, N = 0, K = 0;
-  bool scale_a_per_row = false;  // false: scale_a is one value (tensor-wise)
-  bool scale_b_per_col = false;  // false: scale_b is one value (tensor-wise)
-  at::ScalarType out_dtype = at::kBFloat16;
-
-  bool tensorwise() const { return !scale_a_per_row && !scale_b_per_col; }
-};
-
-// What validation reads of a tensor: a real one's (TensorMeta::of), or the numbers the fake implementation
-// passes for a traced one (the _check_scaled_mm_meta op in bindings.cpp). The sizes and strides are views of the
-// caller's arrays. The accessors are at::Tensor's, so the checks read the same either way.
-struct TensorMeta {
-  at::IntArrayRef sizes_, strides_;
-  at::ScalarType dtype;
-  c10::Device dev;
-  int64_t offset;           // storage_offset, in elements
-  std::uintptr_t address;   // of the first element; only its remainder modulo 16 is checked
-
-  static TensorMeta of(const at::Tensor& t);
-  int64_t dim() const { return static_cast<int64_t>(sizes_.size()); }
-  at::IntArrayRef sizes() const { return sizes_; }
-  at::IntArrayRef strides() const { return strides_; }
-  int64_t size(size_t i) const { return sizes_[i]; }
-  int64_t stride(size_t i) const { return strides_[i]; }
-  int64_t numel() const { return c10::multiply_integers(sizes_); }
-  at::ScalarType scalar_type() const { return dtype; }
-  c10::Device device() const { return dev; }
-  int64_t storage_offset() const { return offset; }
-};
-
-// Checks every argument against the contract in README.md ("The op") and throws c10::Error naming the
-// argument, what was expected and what was given. Runs before anything is allocated or launched.
-ScaledMmProblem check_scaled_mm_args(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
-                                     const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
-                                     std::optional<at::ScalarType> out_dtype);
-// The same checks on metadata alone: the one definition of every message, for real and traced calls.
-ScaledMmProblem check_scaled_mm_meta(const TensorMeta& a, const TensorMeta& b, const TensorMeta& scale_a,
-                                     const TensorMeta& scale_b, const std::optional<TensorMeta>& bias,
-                                     std::optional<at::ScalarType> out_dtype);
+// check_scaled_mm_meta on the call's tensors.
+inline ScaledMmProblem check_scaled_mm_args(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                                            const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
+                                            std::optional<at::ScalarType> out_dtype) {
+  const std::optional<TensorMeta> bias_meta =
+      bias.has_value() ? std::optional<TensorMeta>(tensor_meta(*bias)) : std::nullopt;
+  return check_scaled_mm_meta(tensor_meta(a), tensor_meta(b), tensor_meta(scale_a), tensor_meta(scale_b), bias_meta,
+                              out_dtype);
+}
 
 // out = (a @ b) * scale_a * scale_b (+ bias) computed in float32 with ATen ops on whatever device the inputs
 // are on. The CPU backend, the CUDA backend on GPUs without an sm_90a kernel for the case, and every backend's

@@ -9,58 +9,21 @@
 #include <sstream>
 #include <string>
 
-#include <ATen/core/Tensor.h>
-#include <c10/util/Exception.h>
-
-#include "scaled_mm.h"
+#include "scaled_mm_checks.h"
 
 namespace fp8ext {
-
-std::string dtype_name(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat8_e4m3fn: return "torch.float8_e4m3fn";
-    case at::kFloat8_e5m2: return "torch.float8_e5m2";
-    case at::kBFloat16: return "torch.bfloat16";
-    case at::kHalf: return "torch.float16";
-    case at::kFloat: return "torch.float32";
-    case at::kDouble: return "torch.float64";
-    case at::kByte: return "torch.uint8";
-    case at::kChar: return "torch.int8";
-    case at::kShort: return "torch.int16";
-    case at::kInt: return "torch.int32";
-    case at::kLong: return "torch.int64";
-    case at::kBool: return "torch.bool";
-    // c10 calls these ComplexHalf, ComplexFloat and ComplexDouble; Python users know torch's names.
-    case at::kComplexHalf: return "torch.complex32";
-    case at::kComplexFloat: return "torch.complex64";
-    case at::kComplexDouble: return "torch.complex128";
-    default: {
-      std::string s = c10::toString(t);
-      for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      return "torch." + s;
-    }
-  }
-}
-
-std::string shape_str(at::IntArrayRef sizes) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < sizes.size(); ++i) os << (i ? ", " : "") << sizes[i];
-  os << "]";
-  return os.str();
-}
 
 namespace {
 
 constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();  // CUTLASS problem sizes are int
 
-bool is_fp8(at::ScalarType t) { return t == at::kFloat8_e4m3fn || t == at::kFloat8_e5m2; }
+bool is_fp8(ScalarType t) { return t == ScalarType::Float8_e4m3fn || t == ScalarType::Float8_e5m2; }
 
-#define FP8EXT_CHECK_ARG(cond, arg, ...) TORCH_CHECK(cond, "fp8ext.scaled_mm: ", arg, ": ", __VA_ARGS__)
+#define FP8EXT_CHECK_ARG(cond, arg, ...) FP8EXT_CHECK(cond, "fp8ext.scaled_mm: ", arg, ": ", __VA_ARGS__)
 
 void check_same_device(const TensorMeta& t, const char* arg, const TensorMeta& a) {
-  FP8EXT_CHECK_ARG(t.device() == a.device(), arg, "expected a tensor on ", a.device(),
-                   " (the device of a), got one on ", t.device());
+  FP8EXT_CHECK_ARG(t.device() == a.device(), arg, "expected a tensor on ", device_str(a.device()),
+                   " (the device of a), got one on ", device_str(t.device()));
 }
 
 void check_operand(const TensorMeta& t, const char* arg, const char* dims) {
@@ -84,7 +47,7 @@ void check_alignment(const TensorMeta& t, const char* arg, int64_t ld) {
 bool check_scale(const TensorMeta& s, const char* arg, int64_t len, const char* len_name, bool is_a,
                  const TensorMeta& a) {
   check_same_device(s, arg, a);
-  FP8EXT_CHECK_ARG(s.scalar_type() == at::kFloat, arg, "expected dtype torch.float32, got ",
+  FP8EXT_CHECK_ARG(s.scalar_type() == ScalarType::Float, arg, "expected dtype torch.float32, got ",
                    dtype_name(s.scalar_type()));
   if (s.numel() == 1) return false;
   // Row-wise: (len, 1) or (len,) for scale_a; (1, len) or (len,) for scale_b.
@@ -103,33 +66,19 @@ bool check_scale(const TensorMeta& s, const char* arg, int64_t len, const char* 
 
 }  // namespace
 
-TensorMeta TensorMeta::of(const at::Tensor& t) {
-  // const_data_ptr: reading the address must not materialise a copy-on-write tensor.
-  return {t.sizes(), t.strides(), t.scalar_type(), t.device(), t.storage_offset(),
-          reinterpret_cast<std::uintptr_t>(t.const_data_ptr())};
-}
-
-ScaledMmProblem check_scaled_mm_args(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
-                                     const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
-                                     std::optional<at::ScalarType> out_dtype) {
-  const std::optional<TensorMeta> bias_meta =
-      bias.has_value() ? std::optional<TensorMeta>(TensorMeta::of(*bias)) : std::nullopt;
-  return check_scaled_mm_meta(TensorMeta::of(a), TensorMeta::of(b), TensorMeta::of(scale_a),
-                              TensorMeta::of(scale_b), bias_meta, out_dtype);
-}
-
 ScaledMmProblem check_scaled_mm_meta(const TensorMeta& a, const TensorMeta& b, const TensorMeta& scale_a,
                                      const TensorMeta& scale_b, const std::optional<TensorMeta>& bias,
-                                     std::optional<at::ScalarType> out_dtype) {
+                                     std::optional<ScalarType> out_dtype) {
   ScaledMmProblem p;
-  p.out_dtype = out_dtype.value_or(at::kBFloat16);
-  FP8EXT_CHECK_ARG(p.out_dtype == at::kBFloat16 || p.out_dtype == at::kHalf || p.out_dtype == at::kFloat,
+  p.out_dtype = out_dtype.value_or(ScalarType::BFloat16);
+  const ScalarType out = p.out_dtype;
+  FP8EXT_CHECK_ARG(out == ScalarType::BFloat16 || out == ScalarType::Half || out == ScalarType::Float,
                    "out_dtype", "expected torch.bfloat16, torch.float16 or torch.float32, got ",
                    dtype_name(p.out_dtype));
 
   check_operand(a, "a", "[M, K]");
   check_operand(b, "b", "[K, N]");
-  FP8EXT_CHECK_ARG(!(a.scalar_type() == at::kFloat8_e5m2 && b.scalar_type() == at::kFloat8_e5m2), "a, b",
+  FP8EXT_CHECK_ARG(!(a.scalar_type() == ScalarType::Float8_e5m2 && b.scalar_type() == ScalarType::Float8_e5m2), "a, b",
                    "both are torch.float8_e5m2; at least one must be torch.float8_e4m3fn "
                    "(there is no e5m2 x e5m2 FP8 matrix multiply)");
   check_same_device(b, "b", a);

@@ -1,0 +1,54 @@
+// The one validation of fp8ext::scaled_mm's contract, on tensor metadata alone and in header-only torch types (no
+// libtorch): the eager backends (scaled_mm.h builds the metadata of real tensors) and the fake implementation
+// (the _check_scaled_mm_meta op, for traced calls) run this same code, so both raise the same messages.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "op_errors.h"
+
+namespace fp8ext {
+
+// What validation learned about a call, so the backends need not re-derive it.
+struct ScaledMmProblem {
+  int64_t M = 0, N = 0, K = 0;
+  bool scale_a_per_row = false;  // false: scale_a is one value (tensor-wise)
+  bool scale_b_per_col = false;  // false: scale_b is one value (tensor-wise)
+  ScalarType out_dtype = ScalarType::BFloat16;
+
+  bool tensorwise() const { return !scale_a_per_row && !scale_b_per_col; }
+};
+
+// What validation reads of a tensor: a real one's (tensor_meta in scaled_mm.h), or the numbers the fake
+// implementation passes for a traced one. The sizes and strides are views of the caller's arrays. The accessors
+// are named as a tensor's, so the checks read the same either way.
+struct TensorMeta {
+  IntSpan sizes_, strides_;
+  ScalarType dtype;
+  DeviceMeta dev;
+  int64_t offset;           // storage_offset, in elements
+  std::uintptr_t address;   // of the first element; only its remainder modulo 16 is checked
+
+  int64_t dim() const { return static_cast<int64_t>(sizes_.size()); }
+  IntSpan sizes() const { return sizes_; }
+  IntSpan strides() const { return strides_; }
+  int64_t size(size_t i) const { return sizes_[i]; }
+  int64_t stride(size_t i) const { return strides_[i]; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (const int64_t s : sizes_) n *= s;
+    return n;
+  }
+  ScalarType scalar_type() const { return dtype; }
+  DeviceMeta device() const { return dev; }
+  int64_t storage_offset() const { return offset; }
+};
+
+// Checks every argument against the contract in README.md ("The op") and throws (op_errors.h) naming the argument,
+// what was expected and what was given. Runs before anything is allocated or launched.
+ScaledMmProblem check_scaled_mm_meta(const TensorMeta& a, const TensorMeta& b, const TensorMeta& scale_a,
+                                     const TensorMeta& scale_b, const std::optional<TensorMeta>& bias,
+                                     std::optional<ScalarType> out_dtype);
+
+}  // namespace fp8ext
