@@ -125,10 +125,7 @@ TORCH_LIBRARY(fp8ext, m) {
   m.def("_autotune_cache_write(str path, str[] buckets, str[] kernels) -> str", &autotune_cache_write);
 }
 
-TORCH_LIBRARY_IMPL(fp8ext, CPU, m) {
-  m.impl("scaled_mm", &scaled_mm_cpu);
-  m.impl("quantize_rowwise", &quantize_rowwise_cpu);
-}
+TORCH_LIBRARY_IMPL(fp8ext, CPU, m) { m.impl("scaled_mm", &scaled_mm_cpu); }
 
 TORCH_LIBRARY_IMPL(fp8ext, Autograd, m) {
   m.impl("scaled_mm", &scaled_mm_autograd);

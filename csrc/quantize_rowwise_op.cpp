@@ -1,38 +1,39 @@
 // fp8ext::quantize_rowwise: validation (every message starts with "fp8ext.quantize_rowwise: <argument>: "),
 // the outputs' allocation, and the CPU backend, which computes the formula of quantize_rowwise.h with the same
-// float32 helpers as the CUDA kernel, row by row, so that the two agree bit for bit.
+// float32 helpers as the CUDA kernel, row by row, so that the two agree bit for bit. On PyTorch's stable ABI
+// (torch/csrc/stable, torch/headeronly).
 #include <cmath>
 
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <c10/util/Exception.h>
-#include <c10/util/Float8_e4m3fn.h>
-#include <c10/util/Float8_e5m2.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/headeronly/util/BFloat16.h>
+#include <torch/headeronly/util/Float8_e4m3fn.h>
+#include <torch/headeronly/util/Float8_e5m2.h>
+#include <torch/headeronly/util/Half.h>
 
 #include "quantize_rowwise_op.h"
-#include "scaled_mm.h"
 
 namespace fp8ext {
 namespace {
 
 #define FP8EXT_CHECK_QUANT(cond, arg, ...) FP8EXT_CHECK(cond, "fp8ext.quantize_rowwise: ", arg, ": ", __VA_ARGS__)
 
-QuantSrc to_src(at::ScalarType t) {
+QuantSrc to_src(ScalarType t) {
   switch (t) {
-    case at::kBFloat16: return QuantSrc::kBF16;
-    case at::kHalf: return QuantSrc::kFP16;
+    case ScalarType::BFloat16: return QuantSrc::kBF16;
+    case ScalarType::Half: return QuantSrc::kFP16;
     default: return QuantSrc::kFP32;  // validation admits only these three
   }
 }
 
 template <typename In, typename Out>
 void quantize_rows_cpu(const QuantizeRowwiseParams& p) {
-  const float fp8_max = std::is_same_v<Out, c10::Float8_e4m3fn> ? kE4M3Max : kE5M2Max;
+  const float fp8_max = std::is_same_v<Out, torch::headeronly::Float8_e4m3fn> ? kE4M3Max : kE5M2Max;
   const In* x = static_cast<const In*>(p.x);
   Out* q = static_cast<Out*>(p.q);
   // Rows are independent; a grain of a few rows keeps small calls on one thread.
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(p.K, 1));
-  at::parallel_for(0, p.rows, grain, [&](int64_t begin, int64_t end) {
+  torch::stable::parallel_for(0, p.rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const In* row = x + (r / p.inner_rows) * p.outer_stride + (r % p.inner_rows) * p.inner_stride;
       float amax = 0.0f;
@@ -41,7 +42,7 @@ void quantize_rows_cpu(const QuantizeRowwiseParams& p) {
       p.scale[r] = amax / fp8_max;
       const float inv = fp8_max / amax;
       Out* out = q + r * p.K;
-      // c10's float -> FP8 conversions round to nearest even, as the kernel's cvt.rn does.
+      // torch's float -> FP8 conversions round to nearest even, as the kernel's cvt.rn does.
       for (int64_t k = 0; k < p.K; ++k) out[k] = Out(rowwise_scaled(static_cast<float>(row[k]), inv, fp8_max));
     }
   });
@@ -50,8 +51,8 @@ void quantize_rows_cpu(const QuantizeRowwiseParams& p) {
 template <typename Out>
 void quantize_cpu_typed(const QuantizeRowwiseParams& p) {
   switch (p.src) {
-    case QuantSrc::kBF16: return quantize_rows_cpu<c10::BFloat16, Out>(p);
-    case QuantSrc::kFP16: return quantize_rows_cpu<c10::Half, Out>(p);
+    case QuantSrc::kBF16: return quantize_rows_cpu<torch::headeronly::BFloat16, Out>(p);
+    case QuantSrc::kFP16: return quantize_rows_cpu<torch::headeronly::Half, Out>(p);
     case QuantSrc::kFP32: return quantize_rows_cpu<float, Out>(p);
   }
 }
@@ -60,10 +61,11 @@ void quantize_cpu_typed(const QuantizeRowwiseParams& p) {
 
 QuantizeRowwiseParams check_quantize_rowwise(IntSpan sizes, IntSpan strides, ScalarType x_dtype,
                                              std::optional<ScalarType> dtype, std::optional<double> scale_ub) {
-  const at::ScalarType out_dtype = dtype.value_or(at::kFloat8_e4m3fn);
-  FP8EXT_CHECK_QUANT(out_dtype == at::kFloat8_e4m3fn || out_dtype == at::kFloat8_e5m2, "dtype",
+  const ScalarType out_dtype = dtype.value_or(ScalarType::Float8_e4m3fn);
+  FP8EXT_CHECK_QUANT(out_dtype == ScalarType::Float8_e4m3fn || out_dtype == ScalarType::Float8_e5m2, "dtype",
                      "expected torch.float8_e4m3fn or torch.float8_e5m2, got ", dtype_name(out_dtype));
-  FP8EXT_CHECK_QUANT(x_dtype == at::kBFloat16 || x_dtype == at::kHalf || x_dtype == at::kFloat, "x",
+  FP8EXT_CHECK_QUANT(x_dtype == ScalarType::BFloat16 || x_dtype == ScalarType::Half || x_dtype == ScalarType::Float,
+                     "x",
                      "expected dtype torch.bfloat16, torch.float16 or torch.float32, got ", dtype_name(x_dtype));
   const int64_t dim = static_cast<int64_t>(sizes.size());
   FP8EXT_CHECK_QUANT(dim == 2 || dim == 3, "x", "expected a 2-D [M, K] or 3-D [B, S, K] tensor, got a ", dim,
@@ -83,7 +85,7 @@ QuantizeRowwiseParams check_quantize_rowwise(IntSpan sizes, IntSpan strides, Sca
     p.scale_ub = ub;
   }
   p.src = to_src(x_dtype);
-  p.dst = out_dtype == at::kFloat8_e5m2 ? QuantDst::kE5M2 : QuantDst::kE4M3;
+  p.dst = out_dtype == ScalarType::Float8_e5m2 ? QuantDst::kE5M2 : QuantDst::kE4M3;
   // A size-1 dimension's stride is never used: zero it, so that it cannot spoil the kernel's alignment test.
   const auto used = [&](int64_t i) { return sizes[i] == 1 ? int64_t{0} : strides[i]; };
   p.inner_rows = std::max<int64_t>(sizes[dim - 2], 1);
@@ -92,29 +94,31 @@ QuantizeRowwiseParams check_quantize_rowwise(IntSpan sizes, IntSpan strides, Sca
   return p;
 }
 
-QuantizeRowwiseCall prepare_quantize_rowwise(const at::Tensor& x, std::optional<at::ScalarType> dtype,
+QuantizeRowwiseCall prepare_quantize_rowwise(const Tensor& x, std::optional<ScalarType> dtype,
                                              std::optional<double> scale_ub) {
   QuantizeRowwiseCall c{check_quantize_rowwise(x.sizes(), x.strides(), x.scalar_type(), dtype, scale_ub), {}, {}};
   std::vector<int64_t> scale_shape(x.sizes().begin(), x.sizes().end());
   scale_shape.back() = 1;
-  c.q = at::empty(x.sizes(), x.options().dtype(dtype.value_or(at::kFloat8_e4m3fn)));
-  c.scale = at::empty(scale_shape, x.options().dtype(at::kFloat));
+  c.q = torch::stable::new_empty(x, x.sizes(), dtype.value_or(ScalarType::Float8_e4m3fn));
+  c.scale = torch::stable::new_empty(x, scale_shape, ScalarType::Float);
   c.params.x = x.const_data_ptr();
-  c.params.q = c.q.mutable_data_ptr();
-  c.params.scale = c.scale.mutable_data_ptr<float>();
+  c.params.q = c.q->mutable_data_ptr();
+  c.params.scale = static_cast<float*>(c.scale->mutable_data_ptr());
   return c;
 }
 
-std::tuple<at::Tensor, at::Tensor> quantize_rowwise_cpu(const at::Tensor& x, std::optional<at::ScalarType> dtype,
-                                                        std::optional<double> scale_ub) {
-  const QuantizeRowwiseCall c = prepare_quantize_rowwise(x, dtype, scale_ub);
+std::tuple<Tensor, Tensor> quantize_rowwise_cpu(Tensor x, std::optional<ScalarType> dtype,
+                                                std::optional<double> scale_ub) {
+  QuantizeRowwiseCall c = prepare_quantize_rowwise(x, dtype, scale_ub);
   if (c.params.dst == QuantDst::kE4M3) {
-    quantize_cpu_typed<c10::Float8_e4m3fn>(c.params);
+    quantize_cpu_typed<torch::headeronly::Float8_e4m3fn>(c.params);
   } else {
-    quantize_cpu_typed<c10::Float8_e5m2>(c.params);
+    quantize_cpu_typed<torch::headeronly::Float8_e5m2>(c.params);
   }
-  return {c.q, c.scale};
+  return {std::move(*c.q), std::move(*c.scale)};
 }
+
+STABLE_TORCH_LIBRARY_IMPL(fp8ext, CPU, m) { m.impl("quantize_rowwise", TORCH_BOX(&quantize_rowwise_cpu)); }
 
 #undef FP8EXT_CHECK_QUANT
 

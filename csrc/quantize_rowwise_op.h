@@ -1,13 +1,14 @@
-// Declarations shared by the libtorch-facing files of fp8ext::quantize_rowwise: its one validation, its
-// outputs' allocation, and its CPU backend (quantize_rowwise_op.cpp). The CUDA backend registers itself in
-// quantize_rowwise_cuda.cpp; the schema is in bindings.cpp, the fake implementation in python/fp8ext/quantize.py.
+// Declarations shared by the torch-facing files of fp8ext::quantize_rowwise (PyTorch's stable ABI): its one
+// validation and its outputs' allocation (quantize_rowwise_op.cpp, with the CPU backend). The CUDA backend
+// registers itself in quantize_rowwise_cuda.cpp; the schema is in bindings.cpp, the fake implementation in
+// python/fp8ext/quantize.py.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <tuple>
 
-#include <ATen/core/Tensor.h>
+#include <torch/csrc/stable/tensor.h>
 
 #include "op_errors.h"
 #include "quantize_rowwise.h"
@@ -23,14 +24,14 @@ QuantizeRowwiseParams check_quantize_rowwise(IntSpan sizes, IntSpan strides, Sca
 // One call, validated, with its two outputs allocated (and nothing else): q (x's shape, FP8, contiguous) and
 // scale (x.shape[:-1] + (1,), float32), and the parameters pointing at x, q and scale. A CUDA caller sets its
 // device guard first, so that the outputs land on x's device.
+using Tensor = torch::stable::Tensor;
+
+// The tensors are optional only because torch::stable::Tensor has no empty state; both are set.
 struct QuantizeRowwiseCall {
   QuantizeRowwiseParams params;
-  at::Tensor q, scale;
+  std::optional<Tensor> q, scale;
 };
-QuantizeRowwiseCall prepare_quantize_rowwise(const at::Tensor& x, std::optional<at::ScalarType> dtype,
+QuantizeRowwiseCall prepare_quantize_rowwise(const Tensor& x, std::optional<ScalarType> dtype,
                                              std::optional<double> scale_ub);
-
-std::tuple<at::Tensor, at::Tensor> quantize_rowwise_cpu(const at::Tensor& x, std::optional<at::ScalarType> dtype,
-                                                        std::optional<double> scale_ub);
 
 }  // namespace fp8ext
