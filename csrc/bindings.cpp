@@ -1,6 +1,7 @@
-// The ops' schemas (scaled_mm, quantize_rowwise), their CPU backends, the autograd guards, and the autotune cache
-// file's reader and writer. The CUDA backends register themselves in scaled_mm_cuda.cu and
-// quantize_rowwise_cuda.cpp; the fake (meta) implementations live in python/fp8ext/ops.py and quantize.py.
+// The ops' schemas, scaled_mm's CPU backend and the autograd guards. The other backends register themselves:
+// quantize_rowwise in quantize_rowwise_op.cpp (CPU) and quantize_rowwise_cuda.cpp, scaled_mm in scaled_mm_cuda.cu,
+// the internal ops without tensors in internal_ops.cpp; the fake (meta) implementations live in
+// python/fp8ext/ops.py and quantize.py.
 #include <Python.h>
 
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -8,9 +9,7 @@
 #include <ATen/core/grad_mode.h>
 #include <torch/library.h>
 
-#include "quantize_rowwise_op.h"
 #include "scaled_mm.h"
-#include "sm90/autotune_cache.h"
 
 namespace fp8ext {
 namespace {
@@ -49,61 +48,6 @@ std::tuple<at::Tensor, at::Tensor> quantize_rowwise_autograd(const at::Tensor& x
   return op.call(x, dtype, scale_ub);
 }
 
-// Validation on metadata alone, for the fake implementation (python/fp8ext/ops.py): each operand comes as
-// [dim, sizes..., strides..., storage_offset], its dtype and its device. The address of a traced tensor is
-// unknown; the caching allocators hand out storages aligned to far more than 16 bytes, so its alignment is that
-// of its storage offset.
-TensorMeta operand_meta(at::IntArrayRef v, at::ScalarType dtype, at::Device device) {
-  TORCH_CHECK(!v.empty() && v[0] >= 0 && v.size() == static_cast<size_t>(2 * v[0] + 2),
-              "fp8ext._check_scaled_mm_meta: malformed operand metadata ", v);
-  const auto dim = static_cast<size_t>(v[0]);
-  const int64_t offset = v[2 * dim + 1];
-  return {v.slice(1, dim), v.slice(1 + dim, dim), dtype, {device.type(), device.index()}, offset,
-          static_cast<std::uintptr_t>(offset) * c10::elementSize(dtype)};
-}
-
-void check_scaled_mm_meta_op(at::IntArrayRef a, at::ScalarType a_dtype, at::Device a_device, at::IntArrayRef b,
-                             at::ScalarType b_dtype, at::Device b_device, at::IntArrayRef scale_a,
-                             at::ScalarType scale_a_dtype, at::Device scale_a_device, at::IntArrayRef scale_b,
-                             at::ScalarType scale_b_dtype, at::Device scale_b_device, at::OptionalIntArrayRef bias,
-                             std::optional<at::ScalarType> bias_dtype, std::optional<at::Device> bias_device,
-                             std::optional<at::ScalarType> out_dtype) {
-  std::optional<TensorMeta> bias_meta;
-  if (bias.has_value()) bias_meta = operand_meta(*bias, bias_dtype.value(), bias_device.value());
-  check_scaled_mm_meta(operand_meta(a, a_dtype, a_device), operand_meta(b, b_dtype, b_device),
-                       operand_meta(scale_a, scale_a_dtype, scale_a_device),
-                       operand_meta(scale_b, scale_b_dtype, scale_b_device), bias_meta, out_dtype);
-}
-
-// quantize_rowwise's validation on metadata alone, for its fake implementation (python/fp8ext/quantize.py).
-void check_quantize_rowwise_meta_op(at::IntArrayRef sizes, at::IntArrayRef strides, at::ScalarType x_dtype,
-                                    std::optional<at::ScalarType> dtype, std::optional<double> scale_ub) {
-  check_quantize_rowwise(sizes, strides, x_dtype, dtype, scale_ub);
-}
-
-// The autotune cache file, in every build (a CPU-only one included) so that python/fp8ext/autotune.py reads it
-// and the tests exercise the tuner's own writer without a GPU. Returns (why the file is unusable or "",
-// [bucket0, kernel0, bucket1, kernel1, ...]); a missing file is no error and has no entries.
-std::tuple<std::string, std::vector<std::string>> autotune_cache_read(const std::string& path) {
-  const sm90::CacheRead r = sm90::read_cache(path);
-  std::vector<std::string> flat;
-  for (const auto& [bucket, kernel] : r.entries) {
-    flat.push_back(bucket);
-    flat.push_back(kernel);
-  }
-  return {r.error, flat};
-}
-
-// Merges the entries into the file as the tuner does after a new choice; returns "" or what failed.
-std::string autotune_cache_write(const std::string& path, const std::vector<std::string>& buckets,
-                                 const std::vector<std::string>& kernels) {
-  TORCH_CHECK(buckets.size() == kernels.size(), "fp8ext.autotune: ", buckets.size(), " buckets but ",
-              kernels.size(), " kernel names");
-  sm90::CacheEntries entries;
-  for (size_t i = 0; i < buckets.size(); ++i) entries[buckets[i]] = kernels[i];
-  return sm90::write_cache(path, entries);
-}
-
 }  // namespace
 
 TORCH_LIBRARY(fp8ext, m) {
@@ -114,15 +58,13 @@ TORCH_LIBRARY(fp8ext, m) {
       "_check_scaled_mm_meta(int[] a, ScalarType a_dtype, Device a_device, int[] b, ScalarType b_dtype, "
       "Device b_device, int[] scale_a, ScalarType scale_a_dtype, Device scale_a_device, int[] scale_b, "
       "ScalarType scale_b_dtype, Device scale_b_device, int[]? bias, ScalarType? bias_dtype, Device? bias_device, "
-      "ScalarType? out_dtype) -> ()",
-      &check_scaled_mm_meta_op);
+      "ScalarType? out_dtype) -> ()");
   m.def("quantize_rowwise(Tensor x, ScalarType? dtype=None, float? scale_ub=None) -> (Tensor, Tensor)");
   m.def(
       "_check_quantize_rowwise_meta(int[] sizes, int[] strides, ScalarType x_dtype, ScalarType? dtype, "
-      "float? scale_ub) -> ()",
-      &check_quantize_rowwise_meta_op);
-  m.def("_autotune_cache_read(str path) -> (str, str[])", &autotune_cache_read);
-  m.def("_autotune_cache_write(str path, str[] buckets, str[] kernels) -> str", &autotune_cache_write);
+      "float? scale_ub) -> ()");
+  m.def("_autotune_cache_read(str path) -> (str, str[])");
+  m.def("_autotune_cache_write(str path, str[] buckets, str[] kernels) -> str");
 }
 
 TORCH_LIBRARY_IMPL(fp8ext, CPU, m) { m.impl("scaled_mm", &scaled_mm_cpu); }

@@ -129,7 +129,7 @@ def kernel_sources() -> list[Path]:
 def sources(with_cuda: bool) -> list[Path]:
     # The autotune cache file's I/O is plain C++ and in every build: the CPU-only one reads and tests it too.
     # quantize_rowwise_op.cpp (its checks and CPU path) too; its CUDA entry and kernel only with CUDA.
-    srcs = [CSRC / "bindings.cpp", CSRC / "op_errors.cpp", CSRC / "scaled_mm_checks.cpp",
+    srcs = [CSRC / "bindings.cpp", CSRC / "internal_ops.cpp", CSRC / "op_errors.cpp", CSRC / "scaled_mm_checks.cpp",
             CSRC / "scaled_mm_cpu.cpp",
             CSRC / "sm90" / "autotune_cache.cpp", CSRC / "quantize_rowwise_op.cpp"]
     if with_cuda:

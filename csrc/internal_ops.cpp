@@ -1,0 +1,95 @@
+// fp8ext's internal ops without tensors (PyTorch's stable ABI): the validation of scaled_mm and quantize_rowwise
+// on metadata alone, for their fake implementations (python/fp8ext/ops.py, quantize.py), and the autotune cache
+// file's reader and writer, in every build (a CPU-only one included) so that python/fp8ext/autotune.py reads it
+// and the tests exercise the tuner's own writer without a GPU. The schemas are in bindings.cpp.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <torch/csrc/stable/device.h>
+#include <torch/csrc/stable/library.h>
+
+#include "quantize_rowwise_op.h"
+#include "scaled_mm_checks.h"
+#include "sm90/autotune_cache.h"
+
+namespace fp8ext {
+namespace {
+
+using Device = torch::stable::Device;
+
+int64_t element_size(ScalarType t) {
+  switch (t) {
+    case ScalarType::Float8_e4m3fn: case ScalarType::Float8_e5m2: case ScalarType::Byte: case ScalarType::Char:
+    case ScalarType::Bool: return 1;
+    case ScalarType::BFloat16: case ScalarType::Half: case ScalarType::Short: return 2;
+    case ScalarType::Float: case ScalarType::Int: return 4;
+    default: return 8;  // double, int64, complex64; only the alignment of a refused dtype would differ
+  }
+}
+
+// Each operand comes as [dim, sizes..., strides..., storage_offset], its dtype and its device. The address of a
+// traced tensor is unknown; the caching allocators hand out storages aligned to far more than 16 bytes, so its
+// alignment is that of its storage offset. The returned views point into v.
+TensorMeta operand_meta(const std::vector<int64_t>& v, ScalarType dtype, Device device) {
+  FP8EXT_CHECK(!v.empty() && v[0] >= 0 && v.size() == static_cast<size_t>(2 * v[0] + 2),
+               "fp8ext._check_scaled_mm_meta: malformed operand metadata ", shape_str(v));
+  const auto dim = static_cast<size_t>(v[0]);
+  const int64_t offset = v[2 * dim + 1];
+  const IntSpan all(v);
+  return {all.slice(1, dim), all.slice(1 + dim, dim), dtype, {device.type(), device.index()}, offset,
+          static_cast<std::uintptr_t>(offset) * static_cast<std::uintptr_t>(element_size(dtype))};
+}
+
+void check_scaled_mm_meta_op(std::vector<int64_t> a, ScalarType a_dtype, Device a_device, std::vector<int64_t> b,
+                             ScalarType b_dtype, Device b_device, std::vector<int64_t> scale_a,
+                             ScalarType scale_a_dtype, Device scale_a_device, std::vector<int64_t> scale_b,
+                             ScalarType scale_b_dtype, Device scale_b_device, std::optional<std::vector<int64_t>> bias,
+                             std::optional<ScalarType> bias_dtype, std::optional<Device> bias_device,
+                             std::optional<ScalarType> out_dtype) {
+  std::optional<TensorMeta> bias_meta;
+  if (bias.has_value()) bias_meta = operand_meta(*bias, bias_dtype.value(), bias_device.value());
+  check_scaled_mm_meta(operand_meta(a, a_dtype, a_device), operand_meta(b, b_dtype, b_device),
+                       operand_meta(scale_a, scale_a_dtype, scale_a_device),
+                       operand_meta(scale_b, scale_b_dtype, scale_b_device), bias_meta, out_dtype);
+}
+
+void check_quantize_rowwise_meta_op(std::vector<int64_t> sizes, std::vector<int64_t> strides, ScalarType x_dtype,
+                                    std::optional<ScalarType> dtype, std::optional<double> scale_ub) {
+  check_quantize_rowwise(sizes, strides, x_dtype, dtype, scale_ub);
+}
+
+// Returns (why the file is unusable or "", [bucket0, kernel0, bucket1, kernel1, ...]); a missing file is no error
+// and has no entries.
+std::tuple<std::string, std::vector<std::string>> autotune_cache_read(std::string path) {
+  const sm90::CacheRead r = sm90::read_cache(path);
+  std::vector<std::string> flat;
+  for (const auto& [bucket, kernel] : r.entries) {
+    flat.push_back(bucket);
+    flat.push_back(kernel);
+  }
+  return {r.error, flat};
+}
+
+// Merges the entries into the file as the tuner does after a new choice; returns "" or what failed.
+std::string autotune_cache_write(std::string path, std::vector<std::string> buckets,
+                                 std::vector<std::string> kernels) {
+  FP8EXT_CHECK(buckets.size() == kernels.size(), "fp8ext.autotune: ", buckets.size(), " buckets but ",
+               kernels.size(), " kernel names");
+  sm90::CacheEntries entries;
+  for (size_t i = 0; i < buckets.size(); ++i) entries[buckets[i]] = kernels[i];
+  return sm90::write_cache(path, entries);
+}
+
+}  // namespace
+
+STABLE_TORCH_LIBRARY_IMPL(fp8ext, CompositeExplicitAutograd, m) {
+  m.impl("_check_scaled_mm_meta", TORCH_BOX(&check_scaled_mm_meta_op));
+  m.impl("_check_quantize_rowwise_meta", TORCH_BOX(&check_quantize_rowwise_meta_op));
+  m.impl("_autotune_cache_read", TORCH_BOX(&autotune_cache_read));
+  m.impl("_autotune_cache_write", TORCH_BOX(&autotune_cache_write));
+}
+
+}  // namespace fp8ext
