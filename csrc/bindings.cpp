@@ -1,6 +1,6 @@
-// The ops' schemas, scaled_mm's CPU backend and the autograd guards. The other backends register themselves:
-// quantize_rowwise in quantize_rowwise_op.cpp (CPU) and quantize_rowwise_cuda.cpp, scaled_mm in scaled_mm_cuda.cu,
-// the internal ops without tensors in internal_ops.cpp; the fake (meta) implementations live in
+// The ops' schemas and the autograd guards. The backends register themselves: scaled_mm in scaled_mm_cpu.cpp and
+// scaled_mm_cuda.cu, quantize_rowwise in quantize_rowwise_op.cpp (CPU) and quantize_rowwise_cuda.cpp, the internal
+// ops without tensors in internal_ops.cpp; the fake (meta) implementations live in
 // python/fp8ext/ops.py and quantize.py.
 #include <Python.h>
 
@@ -9,7 +9,6 @@
 #include <ATen/core/grad_mode.h>
 #include <torch/library.h>
 
-#include "scaled_mm.h"
 
 namespace fp8ext {
 namespace {
@@ -66,8 +65,6 @@ TORCH_LIBRARY(fp8ext, m) {
   m.def("_autotune_cache_read(str path) -> (str, str[])");
   m.def("_autotune_cache_write(str path, str[] buckets, str[] kernels) -> str");
 }
-
-TORCH_LIBRARY_IMPL(fp8ext, CPU, m) { m.impl("scaled_mm", &scaled_mm_cpu); }
 
 TORCH_LIBRARY_IMPL(fp8ext, Autograd, m) {
   m.impl("scaled_mm", &scaled_mm_autograd);

@@ -21,6 +21,8 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include <torch/csrc/inductor/aoti_torch/utils.h>
+
 #include "scaled_mm.h"
 #include "sm90/autotune.h"
 #include "sm90/dispatch.h"
@@ -29,6 +31,34 @@
 
 namespace fp8ext {
 namespace {
+
+// ---- A bridge to the checks and the reference path, which are on the stable ABI, until this file is too ----
+
+ScaledMmProblem check_scaled_mm_args(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                                     const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
+                                     std::optional<at::ScalarType> out_dtype) {
+  const auto meta = [](const at::Tensor& t) {
+    return TensorMeta{t.sizes(),          t.strides(), t.scalar_type(), {t.device().type(), t.device().index()},
+                      t.storage_offset(), reinterpret_cast<std::uintptr_t>(t.const_data_ptr())};
+  };
+  const std::optional<TensorMeta> bias_meta =
+      bias.has_value() ? std::optional<TensorMeta>(meta(*bias)) : std::nullopt;
+  return check_scaled_mm_meta(meta(a), meta(b), meta(scale_a), meta(scale_b), bias_meta, out_dtype);
+}
+
+torch::stable::Tensor to_stable(const at::Tensor& t) {
+  return torch::stable::Tensor(torch::aot_inductor::new_tensor_handle(at::Tensor(t)));
+}
+
+at::Tensor scaled_mm_reference(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                               const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
+                               const ScaledMmProblem& problem) {
+  const std::optional<torch::stable::Tensor> stable_bias =
+      bias.has_value() ? std::optional<torch::stable::Tensor>(to_stable(*bias)) : std::nullopt;
+  const torch::stable::Tensor out = fp8ext::scaled_mm_reference(to_stable(a), to_stable(b), to_stable(scale_a),
+                                                                to_stable(scale_b), stable_bias, problem);
+  return *torch::aot_inductor::tensor_handle_to_tensor_pointer(out.get());
+}
 
 sm90::OutType to_out_type(at::ScalarType t) {
   switch (t) {
