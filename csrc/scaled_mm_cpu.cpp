@@ -27,8 +27,8 @@ Tensor mul(const Tensor& self, const Tensor& other) {
   return st::detail::to<Tensor>(stack[0]);
 }
 
-// A view of rows [start, start + length) of dim (st::narrow takes a non-const reference).
-Tensor narrow(Tensor t, int64_t dim, int64_t start, int64_t length) { return st::narrow(t, dim, start, length); }
+// A view of [start, start + length) along dim (st::narrow takes a non-const reference).
+Tensor narrowed(Tensor t, int64_t dim, int64_t start, int64_t length) { return st::narrow(t, dim, start, length); }
 
 Tensor t2(const Tensor& t) { return st::transpose(t, 0, 1); }
 
@@ -65,20 +65,20 @@ Tensor scaled_mm_reference(const Tensor& a, const Tensor& b, const Tensor& scale
     // fp8 -> fp32 is exact, so the only rounding before the output cast is the fp32 accumulation. Operands are
     // made contiguous first: a padded or transposed fp8 view is legal input, and the plain conversion and
     // matmul paths are the ones every backend has.
-    const Tensor b_cols = t2(st::to(st::contiguous(t2(narrow(b, 1, c0, nc))), ScalarType::Float));
-    const Tensor sb = problem.scale_b_per_col ? narrow(sb_all, 1, c0, nc) : sb_all;
+    const Tensor b_cols = t2(st::to(st::contiguous(t2(narrowed(b, 1, c0, nc))), ScalarType::Float));
+    const Tensor sb = problem.scale_b_per_col ? narrowed(sb_all, 1, c0, nc) : sb_all;
     const std::optional<Tensor> bias_cols =
-        bias.has_value() ? std::optional<Tensor>(st::to(narrow(*bias, 0, c0, nc), ScalarType::Float)) : std::nullopt;
+        bias.has_value() ? std::optional<Tensor>(st::to(narrowed(*bias, 0, c0, nc), ScalarType::Float)) : std::nullopt;
     for (int64_t r0 = 0; r0 < M; r0 += rows) {
       const int64_t nr = std::min(rows, M - r0);
-      Tensor acc = st::matmul(st::to(st::contiguous(narrow(a, 0, r0, nr)), ScalarType::Float), b_cols);
-      const Tensor sa = problem.scale_a_per_row ? narrow(sa_all, 0, r0, nr) : sa_all;
+      Tensor acc = st::matmul(st::to(st::contiguous(narrowed(a, 0, r0, nr)), ScalarType::Float), b_cols);
+      const Tensor sa = problem.scale_a_per_row ? narrowed(sa_all, 0, r0, nr) : sa_all;
       // The scales are multiplied first, as the sm90 epilogue does: no intermediate overflow unless the scale
       // product itself overflows.
       mul_(acc, mul(sa, sb));
       // acc - (-1) * bias: the stable ops have subtract with a double alpha, and -1 * bias is exact.
       if (bias_cols.has_value()) acc = st::subtract(acc, *bias_cols, -1.0);
-      Tensor tile = narrow(narrow(out, 0, r0, nr), 1, c0, nc);
+      Tensor tile = narrowed(narrowed(out, 0, r0, nr), 1, c0, nc);
       st::copy_(tile, acc);  // the one rounding to out_dtype, as .to() does
     }
   }
