@@ -18,7 +18,7 @@
 namespace fp8ext {
 
 using ScalarType = torch::headeronly::ScalarType;
-using IntSpan = torch::headeronly::HeaderOnlyArrayRef<int64_t>;  // at::IntArrayRef converts to it
+using IntSpan = torch::headeronly::HeaderOnlyArrayRef<int64_t>;
 
 template <typename... Args>
 [[noreturn]] void fail(const Args&... args) {

@@ -1,6 +1,6 @@
 // Declarations shared by scaled_mm's torch-facing files (PyTorch's stable ABI): the op's validation on real tensors
 // (the checks themselves are in scaled_mm_checks.h) and the float32 reference path, whose file also registers the
-// CPU backend; the CUDA backend registers itself in scaled_mm_cuda.cu.
+// CPU backend; the CUDA backend registers itself in scaled_mm_cuda.cpp.
 #pragma once
 
 #include <cstdint>

@@ -14,7 +14,7 @@ cache (truncated, empty, NUL bytes, binary, a directory, another format) is igno
 it and says why; the next new choice replaces it. Tuning never happens during CUDA-graph capture (a capture uses a remembered choice, or the
 cost model's), is serialised across threads, and a kernel forced with `fp8ext.force_kernel` wins over it.
 
-The tuning itself lives in C++ (csrc/sm90/autotune.cpp, timed in csrc/scaled_mm_cuda.cu) so that it also
+The tuning itself lives in C++ (csrc/sm90/autotune.cpp, timed in csrc/scaled_mm_cuda.cpp) so that it also
 serves `torch.ops.fp8ext.scaled_mm` under torch.compile; this module only configures it. The file's reader
 and writer are one C++ implementation (csrc/sm90/autotune_cache.cpp), in every build.
 """

@@ -7,84 +7,131 @@
 //                                  or torch._scaled_mm row-wise where the model predicts torch faster
 //   otherwise                   -> the float32 reference path on the GPU (correct, not fast)
 //
-// This file and bindings.cpp are the only ones that use libtorch; csrc/sm90 is plain CUDA/CUTLASS.
+// The torch side is PyTorch's stable ABI (torch/csrc/stable, torch/headeronly and the C shim), as in every
+// torch-facing file; csrc/sm90 is plain CUDA/CUTLASS.
+#include <array>
 #include <iomanip>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/util/Exception.h>
-#include <torch/library.h>
+#include <cuda_runtime.h>
 
-#include <torch/csrc/inductor/aoti_torch/utils.h>
+#ifndef USE_CUDA
+#define USE_CUDA  // shim.h declares its CUDA stream accessors only under it
+#endif
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/macros.h>
+#include <torch/csrc/stable/ops.h>
 
 #include "scaled_mm.h"
 #include "sm90/autotune.h"
 #include "sm90/dispatch.h"
 #include "sm90/gemm_params.h"
 #include "sm90/kernel_registry.h"
+#include "torch_calls.h"
 
 namespace fp8ext {
 namespace {
 
-// ---- A bridge to the checks and the reference path, which are on the stable ABI, until this file is too ----
+namespace st = torch::stable;
 
-ScaledMmProblem check_scaled_mm_args(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
-                                     const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
-                                     std::optional<at::ScalarType> out_dtype) {
-  const auto meta = [](const at::Tensor& t) {
-    return TensorMeta{t.sizes(),          t.strides(), t.scalar_type(), {t.device().type(), t.device().index()},
-                      t.storage_offset(), reinterpret_cast<std::uintptr_t>(t.const_data_ptr())};
-  };
-  const std::optional<TensorMeta> bias_meta =
-      bias.has_value() ? std::optional<TensorMeta>(meta(*bias)) : std::nullopt;
-  return check_scaled_mm_meta(meta(a), meta(b), meta(scale_a), meta(scale_b), bias_meta, out_dtype);
+// ---- What libtorch's C++ API gave, through the stable ABI ----
+
+// The device's properties, read once per device (cudaGetDeviceProperties takes far longer than a GEMM at M = 1).
+const cudaDeviceProp& device_properties(int device) {
+  static std::mutex mu;
+  static std::vector<std::unique_ptr<cudaDeviceProp>> props;
+  const std::lock_guard lock(mu);
+  if (device >= static_cast<int>(props.size())) props.resize(device + 1);
+  if (!props[device]) {
+    auto p = std::make_unique<cudaDeviceProp>();
+    STD_CUDA_CHECK(cudaGetDeviceProperties(p.get(), device));
+    props[device] = std::move(p);
+  }
+  return *props[device];
 }
 
-torch::stable::Tensor to_stable(const at::Tensor& t) {
-  return torch::stable::Tensor(torch::aot_inductor::new_tensor_handle(at::Tensor(t)));
+int current_device() {
+  int device = 0;
+  STD_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
 }
 
-at::Tensor scaled_mm_reference(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
-                               const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
-                               const ScaledMmProblem& problem) {
-  const std::optional<torch::stable::Tensor> stable_bias =
-      bias.has_value() ? std::optional<torch::stable::Tensor>(to_stable(*bias)) : std::nullopt;
-  const torch::stable::Tensor out = fp8ext::scaled_mm_reference(to_stable(a), to_stable(b), to_stable(scale_a),
-                                                                to_stable(scale_b), stable_bias, problem);
-  return *torch::aot_inductor::tensor_handle_to_tensor_pointer(out.get());
+// Whether this process sees a CUDA GPU (a CUDA build on a machine without one answers for an H200).
+bool cuda_available() {
+  static const bool available = [] {
+    int n = 0;
+    const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+    cudaGetLastError();  // no GPU is an answer here, not an error for the next CUDA call to report
+    return ok;
+  }();
+  return available;
 }
 
-sm90::OutType to_out_type(at::ScalarType t) {
+cudaStream_t current_stream(int device) {
+  void* stream = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(device, &stream));
+  return static_cast<cudaStream_t>(stream);
+}
+
+// A warning given once per process and call site (the `once` flag), as TORCH_WARN_ONCE.
+void warn_once(std::once_flag& once, const std::string& message) {
+  std::call_once(once, [&] { warn(message); });
+}
+
+template <typename... Args>
+std::string str(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+
+sm90::OutType to_out_type(ScalarType t) {
   switch (t) {
-    case at::kBFloat16: return sm90::OutType::kBF16;
-    case at::kHalf: return sm90::OutType::kFP16;
+    case ScalarType::BFloat16: return sm90::OutType::kBF16;
+    case ScalarType::Half: return sm90::OutType::kFP16;
     default: return sm90::OutType::kFP32;  // validation admits only these three
   }
 }
 
-at::Tensor tensorwise_via_torch(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
-                                const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
-                                const ScaledMmProblem& problem, bool use_fast_accum) {
-  // cuBLASLt takes no bias with fp32 output (torch rejects it); add it afterwards in that one case.
-  const bool bias_after = bias.has_value() && problem.out_dtype == at::kFloat;
-  at::Tensor out = at::_scaled_mm(a, b, scale_a.reshape({}), scale_b.reshape({}), bias_after ? std::nullopt : bias,
-                                  std::nullopt, problem.out_dtype, use_fast_accum);
-  if (bias_after) out.add_(*bias);
+// torch._scaled_mm(a, b, scale_a, scale_b, bias, scale_result=None, out_dtype, use_fast_accum).
+Tensor torch_scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                       const std::optional<Tensor>& bias, ScalarType out_dtype, bool use_fast_accum) {
+  std::array<StableIValue, 8> stack{st::detail::from(a),
+                                    st::detail::from(b),
+                                    st::detail::from(scale_a),
+                                    st::detail::from(scale_b),
+                                    st::detail::from(bias),
+                                    st::detail::from(std::nullopt),
+                                    st::detail::from(std::optional<ScalarType>(out_dtype)),
+                                    st::detail::from(use_fast_accum)};
+  call_aten("aten::_scaled_mm", "", stack);
+  return st::detail::to<Tensor>(stack[0]);
+}
+
+Tensor tensorwise_via_torch(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                            const std::optional<Tensor>& bias, const ScaledMmProblem& problem, bool use_fast_accum) {
+  // cuBLASLt takes no bias with fp32 output (torch rejects it); add it afterwards in that one case
+  // (out - (-1) * bias: the stable ops' subtract takes a double alpha, and -1 * bias is exact).
+  const bool bias_after = bias.has_value() && problem.out_dtype == ScalarType::Float;
+  Tensor out = torch_scaled_mm(a, b, st::reshape(scale_a, {}), st::reshape(scale_b, {}),
+                               bias_after ? std::nullopt : bias, problem.out_dtype, use_fast_accum);
+  if (bias_after) out = st::subtract(out, *bias, -1.0);
   return out;
 }
 
-sm90::InType to_in_type(at::ScalarType t) {
-  return t == at::kFloat8_e5m2 ? sm90::InType::kE5M2 : sm90::InType::kE4M3;
+sm90::InType to_in_type(ScalarType t) {
+  return t == ScalarType::Float8_e5m2 ? sm90::InType::kE5M2 : sm90::InType::kE4M3;
 }
 
-sm90::ProblemKey problem_key(int64_t M, int64_t N, int64_t K, at::ScalarType out_dtype, bool use_fast_accum,
-                             at::ScalarType a_dtype, at::ScalarType b_dtype) {
+sm90::ProblemKey problem_key(int64_t M, int64_t N, int64_t K, ScalarType out_dtype, bool use_fast_accum,
+                             ScalarType a_dtype, ScalarType b_dtype) {
   return {M,
           N,
           K,
@@ -96,32 +143,31 @@ sm90::ProblemKey problem_key(int64_t M, int64_t N, int64_t K, at::ScalarType out
 
 bool stream_is_capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  STD_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
   return status != cudaStreamCaptureStatusNone;
 }
 
 // The kernel parameters of one call; `out` is the [M, N] result, already allocated.
-sm90::GemmParams gemm_params(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
-                             const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
-                             const ScaledMmProblem& problem, const at::Tensor& out, int sm_count,
-                             cudaStream_t stream) {
+sm90::GemmParams gemm_params(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                             const std::optional<Tensor>& bias, const ScaledMmProblem& problem, const Tensor& out,
+                             int sm_count, cudaStream_t stream) {
   sm90::GemmParams p;
   p.M = problem.M;
   p.N = problem.N;
   p.K = problem.K;
   p.a = a.data_ptr();
   p.lda = problem.M == 1 ? problem.K : a.stride(0);  // a size-1 dimension's stride is never used
-  p.a_is_e5m2 = a.scalar_type() == at::kFloat8_e5m2;
+  p.a_is_e5m2 = a.scalar_type() == ScalarType::Float8_e5m2;
   p.b = b.data_ptr();
   p.ldb = b.stride(1);
   p.out = out.data_ptr();
   p.ldo = problem.N;
-  p.scale_a = scale_a.data_ptr<float>();
+  p.scale_a = static_cast<const float*>(scale_a.data_ptr());
   p.scale_a_per_row = problem.scale_a_per_row;
-  p.scale_b = scale_b.data_ptr<float>();
+  p.scale_b = static_cast<const float*>(scale_b.data_ptr());
   p.scale_b_per_col = problem.scale_b_per_col;
   p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
-  p.device_id = a.get_device();
+  p.device_id = a.get_device_index();
   p.sm_count = sm_count;
   p.stream = stream;
   return p;
@@ -129,12 +175,13 @@ sm90::GemmParams gemm_params(const at::Tensor& a, const at::Tensor& b, const at:
 
 // Launches one kernel. Only the stream-K kernels need a workspace; it comes from the caching allocator, never
 // cudaMalloc, and dispatch keeps those kernels out of CUDA-graph capture unless one is forced by name.
-sm90::LaunchResult launch(const sm90::KernelEntry& kernel, sm90::GemmParams p, const at::TensorOptions& options) {
-  at::Tensor workspace;
+// `like` is any tensor on the call's device.
+sm90::LaunchResult launch(const sm90::KernelEntry& kernel, sm90::GemmParams p, const Tensor& like) {
+  std::optional<Tensor> workspace;
   p.workspace_bytes = kernel.workspace_size(p);
   if (p.workspace_bytes > 0) {
-    workspace = at::empty({static_cast<int64_t>(p.workspace_bytes)}, options.dtype(at::kByte));
-    p.workspace = workspace.data_ptr();
+    workspace = st::new_empty(like, {static_cast<int64_t>(p.workspace_bytes)}, ScalarType::Byte);
+    p.workspace = workspace->data_ptr();
   }
   return kernel.launch(p);
 }
@@ -142,7 +189,7 @@ sm90::LaunchResult launch(const sm90::KernelEntry& kernel, sm90::GemmParams p, c
 // A CUDA event destroyed with its scope, so that a CUDA error thrown mid-measurement does not leak it.
 class ScopedEvent {
  public:
-  ScopedEvent() { C10_CUDA_CHECK(cudaEventCreate(&event_)); }
+  ScopedEvent() { STD_CUDA_CHECK(cudaEventCreate(&event_)); }
   ~ScopedEvent() { cudaEventDestroy(event_); }  // no check: a destructor must not throw
   ScopedEvent(const ScopedEvent&) = delete;
   ScopedEvent& operator=(const ScopedEvent&) = delete;
@@ -157,29 +204,32 @@ class ScopedEvent {
 // model's forward pass, not from the previous timing's copy in L2. Returns -1 if the kernel cannot run this
 // problem. Writes into the call's output, which the chosen kernel then overwrites. Each candidate runs with the
 // scheduler options the cost model chose for it.
-double time_candidate_us(const sm90::KernelChoice& choice, sm90::GemmParams p, const at::TensorOptions& options,
-                         const at::Tensor* flush) {
-  if (flush != nullptr && flush->defined()) flush->zero_();
+double time_candidate_us(const sm90::KernelChoice& choice, sm90::GemmParams p, const Tensor& like,
+                         std::optional<Tensor>* flush) {
+  if (flush != nullptr && flush->has_value()) st::zero_(**flush);
   p.sched = choice.sched;
   const ScopedEvent start, stop;
-  C10_CUDA_CHECK(cudaEventRecord(start.get(), p.stream));
-  const bool ok = launch(*choice.kernel, p, options).ok;
-  C10_CUDA_CHECK(cudaEventRecord(stop.get(), p.stream));
-  C10_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+  STD_CUDA_CHECK(cudaEventRecord(start.get(), p.stream));
+  const bool ok = launch(*choice.kernel, p, like).ok;
+  STD_CUDA_CHECK(cudaEventRecord(stop.get(), p.stream));
+  STD_CUDA_CHECK(cudaEventSynchronize(stop.get()));
   float ms = 0.0f;
-  C10_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+  STD_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
   return ok ? 1000.0 * ms : -1.0;
 }
 
 // Twice the L2 size, borrowed from the caching allocator for one tuning (given back to its cache afterwards);
-// undefined, and the timings unflushed, if the device has no room for it.
-at::Tensor l2_flush_buffer(const cudaDeviceProp& props, const at::TensorOptions& options) {
+// empty, and the timings unflushed, if it cannot be had (the device has no room for it: the stable ABI reports an
+// out-of-memory error as any other, so any failure to allocate counts).
+std::optional<Tensor> l2_flush_buffer(const cudaDeviceProp& props, const Tensor& like) {
   try {
-    return at::empty({2 * static_cast<int64_t>(props.l2CacheSize)}, options.dtype(at::kByte));
-  } catch (const c10::OutOfMemoryError&) {
-    TORCH_WARN_ONCE("fp8ext.autotune: no room for a ", 2 * props.l2CacheSize,
-                    "-byte buffer to flush L2 between timings; timing candidates without the flush");
-    return {};
+    return st::new_empty(like, {2 * static_cast<int64_t>(props.l2CacheSize)}, ScalarType::Byte);
+  } catch (const std::exception& e) {
+    static std::once_flag once;
+    warn_once(once, str("fp8ext.autotune: could not allocate a ", 2 * props.l2CacheSize,
+                        "-byte buffer to flush L2 between timings (", e.what(),
+                        "); timing candidates without the flush"));
+    return std::nullopt;
   }
 }
 
@@ -196,18 +246,18 @@ std::string device_key(const cudaDeviceProp& props) {
 // Whether torch._scaled_mm's row-wise path can take this call exactly as given, so that the backstop may hand it
 // over: bf16 output, e4m3 operands, one scale per row and per column, no bias, `a` without a padded leading
 // dimension.
-bool torch_can_run(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+bool torch_can_run(const Tensor& a, const Tensor& b, const std::optional<Tensor>& bias,
                    const ScaledMmProblem& problem) {
-  return problem.out_dtype == at::kBFloat16 && a.scalar_type() == at::kFloat8_e4m3fn &&
-         b.scalar_type() == at::kFloat8_e4m3fn && problem.scale_a_per_row && problem.scale_b_per_col &&
+  return problem.out_dtype == ScalarType::BFloat16 && a.scalar_type() == ScalarType::Float8_e4m3fn &&
+         b.scalar_type() == ScalarType::Float8_e4m3fn && problem.scale_a_per_row && problem.scale_b_per_col &&
          !bias.has_value() && (problem.M == 1 || a.stride(0) == problem.K);
 }
 
 // The backstop: torch._scaled_mm row-wise on the same tensors (scales as (M, 1) and (1, N) views).
-at::Tensor rowwise_via_torch(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
-                             const at::Tensor& scale_b, const ScaledMmProblem& problem, bool use_fast_accum) {
-  return at::_scaled_mm(a, b, scale_a.reshape({problem.M, 1}), scale_b.reshape({1, problem.N}), std::nullopt,
-                        std::nullopt, problem.out_dtype, use_fast_accum);
+Tensor rowwise_via_torch(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                         const ScaledMmProblem& problem, bool use_fast_accum) {
+  return torch_scaled_mm(a, b, st::reshape(scale_a, {problem.M, 1}), st::reshape(scale_b, {1, problem.N}),
+                         std::nullopt, problem.out_dtype, use_fast_accum);
 }
 
 // A kernel forced by name wins (it must compute this key); then, when autotuning is on, the bucket's
@@ -219,7 +269,7 @@ at::Tensor rowwise_via_torch(const at::Tensor& a, const at::Tensor& b, const at:
 sm90::Selection chosen_kernel(const sm90::ProblemKey& key, const cudaDeviceProp& props, bool capturing, bool torch_ok,
                               std::string* untuned_bucket = nullptr) {
   if (const sm90::KernelChoice forced = sm90::forced_kernel()) {
-    TORCH_CHECK(sm90::kernel_matches(*forced.kernel, key), "fp8ext.scaled_mm: the forced kernel '",
+    FP8EXT_CHECK(sm90::kernel_matches(*forced.kernel, key), "fp8ext.scaled_mm: the forced kernel '",
                 forced.kernel->name, "' does not compute this call (", sm90::describe(key),
                 "); make this call after the `with fp8ext.force_kernel(...):` block that forced it has ended "
                 "(force_kernel is a context manager: calling it outside a `with` does nothing), "
@@ -238,10 +288,10 @@ sm90::Selection chosen_kernel(const sm90::ProblemKey& key, const cudaDeviceProp&
   return sm90::select_kernel(key, props.multiProcessorCount, /*allow_workspace=*/!capturing, torch_ok);
 }
 
-at::Tensor run_sm90(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
-                    const std::optional<at::Tensor>& bias, const ScaledMmProblem& problem,
-                    const sm90::ProblemKey& key, const cudaDeviceProp& props, bool use_fast_accum) {
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(a.get_device()).stream();
+Tensor run_sm90(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                const std::optional<Tensor>& bias, const ScaledMmProblem& problem, const sm90::ProblemKey& key,
+                const cudaDeviceProp& props, bool use_fast_accum) {
+  const cudaStream_t stream = current_stream(a.get_device_index());
   const bool capturing = stream_is_capturing(stream);
   std::string untuned_bucket;
   const sm90::Selection selection =
@@ -251,12 +301,13 @@ at::Tensor run_sm90(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
     return rowwise_via_torch(a, b, scale_a, scale_b, problem, use_fast_accum);
   }
   if (!choice && !selection.torch_rowwise) {
-    TORCH_WARN_ONCE("fp8ext.scaled_mm: this build has no sm_90a kernel for ", sm90::describe(key),
-                    "; using the float32 reference path (correct, much slower)");
+    static std::once_flag once;
+    warn_once(once, str("fp8ext.scaled_mm: this build has no sm_90a kernel for ", sm90::describe(key),
+                        "; using the float32 reference path (correct, much slower)"));
     return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
   }
 
-  at::Tensor out = at::empty({problem.M, problem.N}, a.options().dtype(problem.out_dtype));
+  Tensor out = st::new_empty(a, {problem.M, problem.N}, problem.out_dtype);
   sm90::GemmParams p = gemm_params(a, b, scale_a, scale_b, bias, problem, out, props.multiProcessorCount, stream);
 
   // Autotuning: the first call of a bucket not yet tuned times the cost model's top candidates.
@@ -264,22 +315,22 @@ at::Tensor run_sm90(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
     std::string file_error;
     // The flush buffer is borrowed on the first timed launch: autotune_tune calls the timer only under its
     // tuning lock and only if no other thread tuned the bucket meanwhile, and the warm-up launches need no flush.
-    std::optional<at::Tensor> flush;
+    std::optional<std::optional<Tensor>> flush;
     const auto timer = [&](const sm90::KernelChoice& c, bool warm_up) {
-      if (warm_up) return time_candidate_us(c, p, a.options(), nullptr);
-      if (!flush) flush = l2_flush_buffer(props, a.options());
-      return time_candidate_us(c, p, a.options(), &*flush);
+      if (warm_up) return time_candidate_us(c, p, a, nullptr);
+      if (!flush) flush = l2_flush_buffer(props, a);
+      return time_candidate_us(c, p, a, &*flush);
     };
     const sm90::KernelChoice tuned =
         sm90::autotune_tune(untuned_bucket, key, props.multiProcessorCount, timer, &file_error);
-    if (!file_error.empty()) TORCH_WARN("fp8ext.autotune: could not save the cache file: ", file_error);
+    if (!file_error.empty()) warn("fp8ext.autotune: could not save the cache file: " + file_error);
     if (tuned) choice = tuned;
     if (!choice) return rowwise_via_torch(a, b, scale_a, scale_b, problem, use_fast_accum);
   }
 
   p.sched = choice.sched;
-  const sm90::LaunchResult r = launch(*choice.kernel, p, a.options());
-  TORCH_CHECK(r.ok, "fp8ext.scaled_mm: CUTLASS kernel '", sm90::choice_name(choice), "' failed at ", r.stage, ": ",
+  const sm90::LaunchResult r = launch(*choice.kernel, p, a);
+  FP8EXT_CHECK(r.ok, "fp8ext.scaled_mm: CUTLASS kernel '", sm90::choice_name(choice), "' failed at ", r.stage, ": ",
               r.detail,
               " (M=", problem.M, ", N=", problem.N, ", K=", problem.K, ", lda=", p.lda, ", ldb=", p.ldb, ")");
   return out;
@@ -302,34 +353,33 @@ PlantedFault& planted_fault() {
   return f;
 }
 
-void testing_fault(const std::string& fault) {
+void testing_fault(std::string fault) {
   PlantedFault& f = planted_fault();
   const std::lock_guard lock(f.mu);
   f.tensorwise.clear();
   f.cc = 0;
   if (fault.rfind("tensorwise=", 0) == 0) {
     f.tensorwise = fault.substr(11);
-    TORCH_CHECK(f.tensorwise == "not_supported" || f.tensorwise == "oom" || f.tensorwise == "cuda",
-                "fp8ext._testing_fault: unknown tensor-wise fault '", f.tensorwise, "'");
+    FP8EXT_CHECK(f.tensorwise == "not_supported" || f.tensorwise == "oom" || f.tensorwise == "cuda",
+                 "fp8ext._testing_fault: unknown tensor-wise fault '", f.tensorwise, "'");
   } else if (fault.rfind("cc=", 0) == 0) {
     f.cc = std::stoi(fault.substr(3));
   } else {
-    TORCH_CHECK(fault.empty(), "fp8ext._testing_fault: unknown fault '", fault, "'");
+    FP8EXT_CHECK(fault.empty(), "fp8ext._testing_fault: unknown fault '", fault, "'");
   }
 }
 
-// Throws, as torch._scaled_mm would, the planted tensor-wise fault if there is one.
+// Throws, as a failed torch._scaled_mm call would (an AtenError with torch's message), the planted tensor-wise
+// fault if there is one.
 void throw_planted_tensorwise_fault() {
   PlantedFault& f = planted_fault();
   const std::lock_guard lock(f.mu);
   if (f.tensorwise == "not_supported") {
-    TORCH_CHECK(false, "CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul (planted by "
-                       "fp8ext._testing_fault)");
+    throw AtenError("CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul (planted by "
+                    "fp8ext._testing_fault)", true);
   }
-  if (f.tensorwise == "oom") {
-    TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (planted by fp8ext._testing_fault)");
-  }
-  if (f.tensorwise == "cuda") C10_CUDA_CHECK(cudaErrorLaunchFailure);  // the error a faulting kernel leaves
+  if (f.tensorwise == "oom") throw AtenError("CUDA out of memory (planted by fp8ext._testing_fault)", true);
+  if (f.tensorwise == "cuda") STD_CUDA_CHECK(cudaErrorLaunchFailure);  // the error a faulting kernel leaves
 }
 
 int routing_cc(const cudaDeviceProp& props) {
@@ -338,53 +388,61 @@ int routing_cc(const cudaDeviceProp& props) {
   return f.cc != 0 ? f.cc : props.major * 10 + props.minor;
 }
 
-// torch._scaled_mm reports a shape that cuBLASLt has no algorithm for as a c10::Error naming the status (seen on
-// the H200: M = 1, K = 16). Only that outcome is fp8ext's to handle; everything else is the caller's.
-bool cublaslt_declined(const c10::Error& e) {
-  return std::string(e.what_without_backtrace()).find("CUBLAS_STATUS_NOT_SUPPORTED") != std::string::npos;
+// torch._scaled_mm reports a shape that cuBLASLt has no algorithm for as an error naming the status (seen on the
+// H200: M = 1, K = 16). Only that outcome is fp8ext's to handle; everything else is the caller's.
+bool cublaslt_declined(const AtenError& e) {
+  return std::string(e.what()).find("CUBLAS_STATUS_NOT_SUPPORTED") != std::string::npos;
 }
 
-at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
-                          const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
-                          std::optional<at::ScalarType> out_dtype, bool use_fast_accum) {
+// An out-of-memory error, told by torch's message (the stable ABI carries no exception types).
+bool out_of_memory(const AtenError& e) {
+  return std::string(e.what()).find("out of memory") != std::string::npos;
+}
+
+Tensor scaled_mm_cuda(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, std::optional<Tensor> bias,
+                      std::optional<ScalarType> out_dtype, bool use_fast_accum) {
   const ScaledMmProblem problem = check_scaled_mm_args(a, b, scale_a, scale_b, bias, out_dtype);
-  const c10::cuda::CUDAGuard guard(a.device());
+  const int device = a.get_device_index();
+  const st::accelerator::DeviceGuard guard(device);
 
   // Empty M, N or K: the reference path returns the empty / zero (+bias) result without a GEMM.
   if (problem.M == 0 || problem.N == 0 || problem.K == 0) {
     return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
   }
 
-  const cudaDeviceProp* props = at::cuda::getDeviceProperties(a.get_device());
-  const int cc = routing_cc(*props);
+  const cudaDeviceProp& props = device_properties(device);
+  const int cc = routing_cc(props);
   if (problem.tensorwise() && cc >= 89) {
     try {
       throw_planted_tensorwise_fault();
       return tensorwise_via_torch(a, b, scale_a, scale_b, bias, problem, use_fast_accum);
-    } catch (const c10::OutOfMemoryError&) {
-      throw;  // never retried on other kernels: they would need memory too, and the caller must see it
-    } catch (const c10::Error& e) {
+    } catch (const AtenError& e) {
       // cuBLASLt declines some shapes that the contract admits. fp8ext's own kernels take tensor-wise scales
-      // too; use them (or the reference path) rather than fail a valid call. Any other error (a CUDA error, a
-      // bug) propagates unchanged: recomputing would hide it and change the numerics.
-      if (!cublaslt_declined(e)) throw;
-      const std::string what = e.what_without_backtrace();
-      TORCH_WARN_ONCE("fp8ext.scaled_mm: torch._scaled_mm declined a tensor-wise call (",
-                      what.substr(0, what.find('\n')), "); computing it with fp8ext's own kernels instead");
+      // too; use them (or the reference path) rather than fail a valid call. Any other error (out of memory, a
+      // CUDA error, a bug) propagates unchanged: recomputing would hide it and change the numerics. A torch that
+      // does not pass its message on (before 2.13) leaves the cause unknown; then fp8ext's kernels get the call,
+      // as they would after a decline: a genuine out-of-memory or CUDA error fails them in turn.
+      if (e.message_known && (out_of_memory(e) || !cublaslt_declined(e))) throw;
+      const std::string what = e.what();
+      static std::once_flag once;
+      warn_once(once, str("fp8ext.scaled_mm: torch._scaled_mm ",
+                          e.message_known ? "declined a tensor-wise call (" : "failed on a tensor-wise call (",
+                          what.substr(0, what.find('\n')), "); computing it with fp8ext's own kernels instead"));
     }
   }
   if (cc != 90) {
     // Once per process, so that a slow program on such a GPU says why.
-    TORCH_WARN_ONCE("fp8ext.scaled_mm: this GPU (", props->name, ", compute capability ", cc / 10, ".", cc % 10,
-                    ") has no fp8ext kernels, which need compute capability 9.0 (sm_90a); row-wise calls, and "
-                    "tensor-wise calls that torch._scaled_mm cannot take, run on the float32 reference path: "
-                    "correct, much slower");
+    static std::once_flag once;
+    warn_once(once, str("fp8ext.scaled_mm: this GPU (", props.name, ", compute capability ", cc / 10, ".", cc % 10,
+                        ") has no fp8ext kernels, which need compute capability 9.0 (sm_90a); row-wise calls, and "
+                        "tensor-wise calls that torch._scaled_mm cannot take, run on the float32 reference path: "
+                        "correct, much slower"));
     return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
   }
 
   const sm90::ProblemKey key = problem_key(problem.M, problem.N, problem.K, problem.out_dtype, use_fast_accum,
                                            a.scalar_type(), b.scalar_type());
-  return run_sm90(a, b, scale_a, scale_b, bias, problem, key, *props, use_fast_accum);
+  return run_sm90(a, b, scale_a, scale_b, bias, problem, key, props, use_fast_accum);
 }
 
 // ---- Introspection and control, used by python/fp8ext (kernel_names, force_kernel, selected_kernel). ----
@@ -400,14 +458,14 @@ std::string current_forced_kernel() { return sm90::choice_name(sm90::forced_kern
 
 // `name` is a kernel's name, optionally with scheduler options ("...@N4", dispatch.h); "" clears it.
 // Process-wide: every thread's calls see it (python/fp8ext/ops.py, force_kernel).
-void force_kernel(const std::string& name) {
+void force_kernel(std::string name) {
   if (name.empty()) {
     sm90::set_forced_kernel({});
     return;
   }
   std::string error;
   const sm90::KernelChoice choice = sm90::parse_choice(name, &error);
-  TORCH_CHECK(choice, "fp8ext.force_kernel: ", error, "; fp8ext.kernel_names() lists the kernels");
+  FP8EXT_CHECK(choice, "fp8ext.force_kernel: ", error, "; fp8ext.kernel_names() lists the kernels");
   sm90::set_forced_kernel(choice);
 }
 
@@ -424,31 +482,34 @@ std::string selection_name(const sm90::Selection& s) {
   return s.torch_rowwise ? "torch._scaled_mm" : sm90::choice_name(s.choice);
 }
 
-std::string selected_kernel(int64_t M, int64_t N, int64_t K, at::ScalarType out_dtype, bool use_fast_accum,
-                            at::ScalarType a_dtype, bool capturing, bool torch_ok) {
-  const sm90::ProblemKey key = problem_key(M, N, K, out_dtype, use_fast_accum, a_dtype, at::kFloat8_e4m3fn);
+std::string selected_kernel(int64_t M, int64_t N, int64_t K, ScalarType out_dtype, bool use_fast_accum,
+                            ScalarType a_dtype, bool capturing, bool torch_ok) {
+  const sm90::ProblemKey key = problem_key(M, N, K, out_dtype, use_fast_accum, a_dtype, ScalarType::Float8_e4m3fn);
   // As torch_can_run: torch's row-wise path takes bf16 output and e4m3 operands only.
-  torch_ok = torch_ok && out_dtype == at::kBFloat16 && a_dtype == at::kFloat8_e4m3fn;
-  if (!at::cuda::is_available()) {  // a CUDA build on a machine without a GPU: what an H200 would run
+  torch_ok = torch_ok && out_dtype == ScalarType::BFloat16 && a_dtype == ScalarType::Float8_e4m3fn;
+  if (!cuda_available()) {  // a CUDA build on a machine without a GPU: what an H200 would run
     if (const sm90::KernelChoice c = sm90::forced_kernel()) return sm90::choice_name(c);
     return selection_name(sm90::select_kernel(key, 132, /*allow_workspace=*/!capturing, torch_ok));
   }
-  return selection_name(chosen_kernel(key, *at::cuda::getCurrentDeviceProperties(), capturing, torch_ok));
+  return selection_name(chosen_kernel(key, device_properties(current_device()), capturing, torch_ok));
 }
 
 // The cost model's ranking of every built kernel that computes the call, fastest predicted first, as
 // "name@options predicted_us tile_ratio calibrated" lines; the last line is torch's row-wise estimate.
-std::vector<std::string> rank_kernels(int64_t M, int64_t N, int64_t K, at::ScalarType out_dtype, bool use_fast_accum,
-                                      at::ScalarType a_dtype, bool capturing) {
-  const sm90::ProblemKey key = problem_key(M, N, K, out_dtype, use_fast_accum, a_dtype, at::kFloat8_e4m3fn);
-  const int sms = at::cuda::is_available() ? at::cuda::getCurrentDeviceProperties()->multiProcessorCount : 132;
+// The SM count of the current device, or an H200's 132 without a GPU.
+int sm_count() { return cuda_available() ? device_properties(current_device()).multiProcessorCount : 132; }
+
+std::vector<std::string> rank_kernels(int64_t M, int64_t N, int64_t K, ScalarType out_dtype, bool use_fast_accum,
+                                      ScalarType a_dtype, bool capturing) {
+  const sm90::ProblemKey key = problem_key(M, N, K, out_dtype, use_fast_accum, a_dtype, ScalarType::Float8_e4m3fn);
+  const int sms = sm_count();
   std::vector<std::string> lines;
   for (const sm90::RankedKernel& r : sm90::rank_kernels(key, sms, /*allow_workspace=*/!capturing)) {
     lines.push_back(sm90::choice_name(r.choice) + " " + num(r.estimate.us) + " " + num(r.estimate.tile_ratio()) +
                     " " + (r.estimate.calibrated ? "1" : "0"));
   }
   const double torch_us =
-      sm90::torch_rowwise_estimate({M, N, K, out_dtype == at::kFloat ? 4 : 2, sms}, key.accum);
+      sm90::torch_rowwise_estimate({M, N, K, out_dtype == ScalarType::Float ? 4 : 2, sms}, key.accum);
   lines.push_back("torch._scaled_mm " + num(torch_us) + " 1 " + (torch_us > 0 ? "1" : "0"));
   return lines;
 }
@@ -475,16 +536,15 @@ std::vector<std::string> kernel_traits() {
 // The cost model's terms (f1, f2, f3, tiles needed, tiles computed, rounds, K iterations) for a kernel in its
 // written form (with its scheduler options), or for "torch._scaled_mm", on this device's SM count (132 without a
 // GPU). scripts/tune.py records them beside each measurement and fits the coefficients on them.
-std::vector<double> cost_terms(const std::string& choice, int64_t M, int64_t N, int64_t K, at::ScalarType out_dtype) {
-  const int sms = at::cuda::is_available() ? at::cuda::getCurrentDeviceProperties()->multiProcessorCount : 132;
-  const sm90::CostProblem p{M, N, K, out_dtype == at::kFloat ? 4 : 2, sms};
+std::vector<double> cost_terms(std::string choice, int64_t M, int64_t N, int64_t K, ScalarType out_dtype) {
+  const sm90::CostProblem p{M, N, K, out_dtype == ScalarType::Float ? 4 : 2, sm_count()};
   sm90::CostTerms f;
   if (choice == "torch._scaled_mm") {
     f = sm90::cost_terms(sm90::torch_rowwise_traits(), p, sm90::SchedulerOptions{sm90::Raster::kHeuristic, 1});
   } else {
     std::string error;
     const sm90::KernelChoice c = sm90::parse_choice(choice, &error);
-    TORCH_CHECK(c, "fp8ext: ", error);
+    FP8EXT_CHECK(c, "fp8ext: ", error);
     f = sm90::cost_terms(c.kernel->traits, p, c.sched);
   }
   return {f.f1, f.f2, f.f3, double(f.tiles_needed), double(f.tiles_computed), double(f.rounds), double(f.kiters)};
@@ -500,22 +560,22 @@ std::vector<std::string> cost_coefficients() {
   return lines;
 }
 
-void set_backends(const std::string& backends) {
-  TORCH_CHECK(backends == "fp8ext" || backends == "fp8ext,torch", "fp8ext: backends must be 'fp8ext' or "
+void set_backends(std::string backends) {
+  FP8EXT_CHECK(backends == "fp8ext" || backends == "fp8ext,torch", "fp8ext: backends must be 'fp8ext' or "
               "'fp8ext,torch', got '", backends, "'");
   sm90::set_torch_backstop(backends == "fp8ext,torch");
 }
 
 std::string backends() { return sm90::torch_backstop_enabled() ? "fp8ext,torch" : "fp8ext"; }
 
-void set_software_key(const std::string& key) {
+void set_software_key(std::string key) {
   std::lock_guard<std::mutex> lock(g_software_mutex);
   g_software_key = key;
 }
 
-void autotune_configure(bool enabled, const std::string& cache_file, const std::vector<std::string>& buckets,
-                        const std::vector<std::string>& kernels) {
-  TORCH_CHECK(buckets.size() == kernels.size(), "fp8ext.autotune: ", buckets.size(), " buckets but ",
+void autotune_configure(bool enabled, std::string cache_file, std::vector<std::string> buckets,
+                        std::vector<std::string> kernels) {
+  FP8EXT_CHECK(buckets.size() == kernels.size(), "fp8ext.autotune: ", buckets.size(), " buckets but ",
               kernels.size(), " kernel names");
   std::vector<std::pair<std::string, std::string>> entries;
   for (size_t i = 0; i < buckets.size(); ++i) entries.emplace_back(buckets[i], kernels[i]);
@@ -534,30 +594,45 @@ std::vector<std::string> autotune_entries() {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) { m.impl("scaled_mm", &scaled_mm_cuda); }
+STABLE_TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) { m.impl("scaled_mm", TORCH_BOX(&scaled_mm_cuda)); }
 
-TORCH_LIBRARY_FRAGMENT(fp8ext, m) {
-  m.def("_kernel_names() -> str[]", &kernel_names);
-  m.def("_force_kernel(str name) -> ()", &force_kernel);
-  m.def("_forced_kernel() -> str", &current_forced_kernel);
-  m.def("_testing_fault(str fault) -> ()", &testing_fault);
+STABLE_TORCH_LIBRARY_FRAGMENT(fp8ext, m) {
+  m.def("_kernel_names() -> str[]");
+  m.def("_force_kernel(str name) -> ()");
+  m.def("_forced_kernel() -> str");
+  m.def("_testing_fault(str fault) -> ()");
   m.def(
       "_selected_kernel(int M, int N, int K, ScalarType out_dtype, bool use_fast_accum, "
-      "ScalarType a_dtype, bool capturing=False, bool torch_ok=True) -> str",
-      &selected_kernel);
+      "ScalarType a_dtype, bool capturing=False, bool torch_ok=True) -> str");
   m.def(
       "_rank_kernels(int M, int N, int K, ScalarType out_dtype, bool use_fast_accum, ScalarType a_dtype, "
-      "bool capturing=False) -> str[]",
-      &rank_kernels);
-  m.def("_kernel_traits() -> str[]", &kernel_traits);
-  m.def("_cost_terms(str choice, int M, int N, int K, ScalarType out_dtype) -> float[]", &cost_terms);
-  m.def("_cost_coefficients() -> str[]", &cost_coefficients);
-  m.def("_set_backends(str backends) -> ()", &set_backends);
-  m.def("_backends() -> str", &backends);
-  m.def("_set_software_key(str key) -> ()", &set_software_key);
-  m.def("_autotune_configure(bool enabled, str cache_file, str[] buckets, str[] kernels) -> ()",
-        &autotune_configure);
-  m.def("_autotune_entries() -> str[]", &autotune_entries);
+      "bool capturing=False) -> str[]");
+  m.def("_kernel_traits() -> str[]");
+  m.def("_cost_terms(str choice, int M, int N, int K, ScalarType out_dtype) -> float[]");
+  m.def("_cost_coefficients() -> str[]");
+  m.def("_set_backends(str backends) -> ()");
+  m.def("_backends() -> str");
+  m.def("_set_software_key(str key) -> ()");
+  m.def("_autotune_configure(bool enabled, str cache_file, str[] buckets, str[] kernels) -> ()");
+  m.def("_autotune_entries() -> str[]");
+}
+
+// They take no tensors: CompositeExplicitAutograd serves every call.
+STABLE_TORCH_LIBRARY_IMPL(fp8ext, CompositeExplicitAutograd, m) {
+  m.impl("_kernel_names", TORCH_BOX(&kernel_names));
+  m.impl("_force_kernel", TORCH_BOX(&force_kernel));
+  m.impl("_forced_kernel", TORCH_BOX(&current_forced_kernel));
+  m.impl("_testing_fault", TORCH_BOX(&testing_fault));
+  m.impl("_selected_kernel", TORCH_BOX(&selected_kernel));
+  m.impl("_rank_kernels", TORCH_BOX(&rank_kernels));
+  m.impl("_kernel_traits", TORCH_BOX(&kernel_traits));
+  m.impl("_cost_terms", TORCH_BOX(&cost_terms));
+  m.impl("_cost_coefficients", TORCH_BOX(&cost_coefficients));
+  m.impl("_set_backends", TORCH_BOX(&set_backends));
+  m.impl("_backends", TORCH_BOX(&backends));
+  m.impl("_set_software_key", TORCH_BOX(&set_software_key));
+  m.impl("_autotune_configure", TORCH_BOX(&autotune_configure));
+  m.impl("_autotune_entries", TORCH_BOX(&autotune_entries));
 }
 
 }  // namespace fp8ext
