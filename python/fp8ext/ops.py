@@ -76,6 +76,41 @@ def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=None, use_fast_
     return a.new_empty((a.size(0), b.size(1)), dtype=out_dtype)
 
 
+# ---- The autograd guard of both ops ----
+# The ops have no backward. Rather than return a result whose backward fails later (or silently has no grad_fn),
+# refuse at the call while grad mode would record it; under no_grad() and inference_mode() this passes. It is a
+# Python kernel at the Autograd key because the C++ side is on PyTorch's stable ABI, which can neither read
+# requires_grad nor redispatch below autograd. Under inference_mode() the autograd keys are skipped and it does
+# not run at all.
+_IMPL = torch.library.Library("fp8ext", "IMPL")
+_AFTER_AUTOGRAD = torch._C._after_autograd_keyset
+
+
+def _refuse_grad(op: str, names: tuple[str, ...], args: tuple) -> None:
+    for name, t in zip(names, args):
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            raise RuntimeError(f"{op}: {name}: requires grad, but {op} is not differentiable (it has no backward). "
+                               f"Call it under torch.no_grad() or torch.inference_mode(), or pass {name}.detach()")
+
+
+def _register_autograd_guard(name: str, tensor_args: tuple[str, ...]) -> None:
+    overload = getattr(torch.ops.fp8ext, name).default
+    public = f"fp8ext.{name}"
+
+    # No _AutoDispatchBelowAutograd around the redispatch: it would cost more than it saves. The inputs do not
+    # require grad here, so the aten ops the C++ backends call record nothing either way.
+    def guard(keyset, *args):
+        if torch.is_grad_enabled():
+            _refuse_grad(public, tensor_args, args)
+        return overload.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+
+    _IMPL.impl(name, guard, "Autograd", with_keyset=True)
+
+
+_register_autograd_guard("scaled_mm", ("a", "b", "scale_a", "scale_b", "bias"))
+_register_autograd_guard("quantize_rowwise", ("x",))
+
+
 def _has_cuda_kernels() -> bool:
     return hasattr(torch.ops.fp8ext, "_kernel_names")
 
