@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -30,6 +31,14 @@ ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
 CUTLASS_VERSION = "4.2.0"
 CUTLASS_PIP = "nvidia-cutlass==4.2.0.0"
+
+VERSION = "0.1.0"  # the package version; setup.py appends +cu<CUDA major> or +cpu
+# fp8ext._C uses only torch's stable ABI (torch/csrc/stable, torch/headeronly: C shims aoti_torch_* / torch_*), so
+# one build runs on every torch from this floor on. TORCH_TARGET_VERSION (below) makes the headers offer only what
+# the floor has, the wheel requires torch>=TORCH_FLOOR, and fp8ext's import checks it (python/fp8ext/_compat.py).
+TORCH_FLOOR = "2.11"
+# And only Python's limited API (abi3) from this version on: the wheel is tagged cp310-abi3.
+PYTHON_FLOOR = "3.10"
 
 
 class BuildError(RuntimeError):
@@ -134,7 +143,7 @@ def sources(with_cuda: bool) -> list[Path]:
             CSRC / "sm90" / "autotune_cache.cpp", CSRC / "quantize_rowwise_op.cpp"]
     if with_cuda:
         srcs += [CSRC / "quantize_rowwise_cuda.cpp", CSRC / "quantize_rowwise.cu"]
-        srcs += [CSRC / "scaled_mm_cuda.cu", CSRC / "sm90" / "kernel_registry.cpp", CSRC / "sm90" / "dispatch.cpp",
+        srcs += [CSRC / "scaled_mm_cuda.cpp", CSRC / "sm90" / "kernel_registry.cpp", CSRC / "sm90" / "dispatch.cpp",
                  CSRC / "sm90" / "cost_model.cpp", CSRC / "sm90" / "autotune.cpp"]
         # The hand-written decode kernels: every gemv_*.cu, the files generate_kernels.decode_kernel_names() reads.
         srcs += sorted((CSRC / "sm90").glob("gemv_*.cu"))
@@ -142,11 +151,45 @@ def sources(with_cuda: bool) -> list[Path]:
     return srcs
 
 
-CXX_FLAGS = ["-O3", "-DNDEBUG", "-std=c++20"]
+# The torch-facing C++ (the .cpp files; no .cu file includes torch or Python) is built on PyTorch's stable ABI
+# for the oldest torch fp8ext supports, and on Python's limited API (abi3) for Python 3.10 on: one binary serves
+# every later torch and Python.
+
+
+def torch_target_version(floor: str = TORCH_FLOOR) -> str:
+    """TORCH_TARGET_VERSION for torch `floor`: "2.11" -> "0x020B000000000000".
+
+    torch/headeronly/version.h: "Indicates the ABI version of LibTorch as a single uint64. [ MAJ ][ MIN ][ PATCH ]
+    [ ABI TAG (5 bytes) ]", i.e. TORCH_ABI_VERSION = MAJOR << 56 | MINOR << 48 | PATCH << 40 | ABI_TAG; and
+    torch/csrc/stable/version.h: "Target a specific stable version (major.minor) (e.g. PyTorch 2.9): Pass a
+    compiler flag -DTORCH_TARGET_VERSION=0x0209000000000000". Patch and tag stay 0.
+    """
+    major, minor = (int(x) for x in floor.split(".")[:2])
+    return f"0x{(major << 56) | (minor << 48):016X}"
+
+
+def py_limited_api(floor: str = PYTHON_FLOOR) -> str:
+    """Py_LIMITED_API for Python `floor`: "3.10" -> "0x030A0000". Spelt as torch.utils.cpp_extension spells the
+    -DPy_LIMITED_API it adds itself to py_limited_api extensions (its min_supported_cpython), so that the two
+    definitions are identical and the compilers do not warn that the macro is redefined."""
+    major, minor = (int(x) for x in floor.split(".")[:2])
+    return f"0x{major:02X}{minor:02X}0000"
+
+
+# For both compilers. With TORCH_TARGET_VERSION set, torch's ATen, c10 and torch/csrc/api headers refuse to be
+# included (#error), and torch/csrc/stable offers only the shims the floor has.
+STABLE_ABI_FLAGS = [f"-DTORCH_TARGET_VERSION={torch_target_version()}", f"-DPy_LIMITED_API={py_limited_api()}"]
+# torch/csrc/inductor/aoti_torch/c/shim.h declares aoti_torch_get_current_cuda_stream (and the CUDA stream guard)
+# only under `#ifdef USE_CUDA`, torch/csrc/stable/c/shim.h its torch_*cuda* shims too, and torch.utils.cpp_extension
+# does not define it: CUDA builds do.
+CUDA_DEFINES = ["-DUSE_CUDA"]
+CXX_FLAGS = ["-O3", "-DNDEBUG", "-std=c++20", *STABLE_ABI_FLAGS]
 NVCC_FLAGS = [
     "-O3",
     "-DNDEBUG",
     "-std=c++20",
+    *STABLE_ABI_FLAGS,
+    *CUDA_DEFINES,
     "-lineinfo",
     "-gencode", "arch=compute_90a,code=sm_90a",  # wgmma and setmaxnreg exist only in the sm_90a target
     "--expt-relaxed-constexpr",
@@ -163,6 +206,46 @@ NVCC_FLAGS = [
 ]
 if os.environ.get("FP8EXT_PTXAS_VERBOSE") == "1":
     NVCC_FLAGS.append("-Xptxas=-v")  # registers, spills and stack per kernel, in the build log
+
+
+def cxx_flags(with_cuda: bool) -> list[str]:
+    """The host compiler's flags: CXX_FLAGS, and USE_CUDA in a CUDA build (its .cpp files call the CUDA shims)."""
+    return CXX_FLAGS + (CUDA_DEFINES if with_cuda else [])
+
+
+def cuda_version(cuda_home: Path | None) -> str | None:
+    """The toolkit's CUDA version ("13.0"), from include/cuda.h (CUDA_VERSION 13000), else `nvcc --version`."""
+    if cuda_home is None:
+        return None
+    try:
+        m = re.search(r"#define\s+CUDA_VERSION\s+(\d+)", (cuda_home / "include" / "cuda.h").read_text(errors="ignore"))
+        if m:
+            v = int(m.group(1))
+            return f"{v // 1000}.{v % 1000 // 10}"
+    except OSError:
+        pass
+    try:
+        out = subprocess.run([str(cuda_home / "bin" / "nvcc"), "--version"], capture_output=True, text=True).stdout
+    except OSError:
+        return None
+    m = re.search(r"release (\d+)\.(\d+)", out)
+    return f"{m.group(1)}.{m.group(2)}" if m else None
+
+
+def cuda_major(cuda_home: Path | None) -> int | None:
+    v = cuda_version(cuda_home)
+    return int(v.split(".")[0]) if v else None
+
+
+def local_version(with_cuda: bool, cuda_home: Path | None) -> str:
+    """VERSION+cu<major> for a CUDA build (the CUDA major it links and needs torch built for), VERSION+cpu else."""
+    if not with_cuda:
+        return f"{VERSION}+cpu"
+    major = cuda_major(cuda_home)
+    if major is None:
+        raise BuildError(f"cannot tell the CUDA version of the toolkit at {cuda_home} (no CUDA_VERSION in "
+                         "include/cuda.h, no `release X.Y` from bin/nvcc --version)")
+    return f"{VERSION}+cu{major}"
 
 
 def include_dirs(with_cuda: bool) -> list[Path]:
@@ -183,7 +266,9 @@ def _cmake() -> int:
         "FP8EXT_CUDA_HOME": str(cuda_home or ""),
         "FP8EXT_SOURCES": [str(s) for s in sources(with_cuda)],
         "FP8EXT_INCLUDE_DIRS": [str(d) for d in include_dirs(with_cuda)],
-        "FP8EXT_CXX_FLAGS": CXX_FLAGS,
+        "FP8EXT_VERSION": local_version(with_cuda, cuda_home),
+        "FP8EXT_TORCH_FLOOR": TORCH_FLOOR,
+        "FP8EXT_CXX_FLAGS": cxx_flags(with_cuda),
         "FP8EXT_NVCC_FLAGS": NVCC_FLAGS,
     }
     for key, value in facts.items():

@@ -15,6 +15,27 @@ from __future__ import annotations
 import json
 from importlib import resources
 
+import torch as _torch
+
+from . import _compat
+
+
+def _read_build_info() -> dict | None:
+    try:
+        return json.loads(resources.files(__package__).joinpath("_build_info.json").read_text())
+    except (FileNotFoundError, OSError, ValueError):
+        return None  # a source tree that was never built
+
+
+_BUILD_INFO = _read_build_info()
+__version__ = (_BUILD_INFO or {}).get("version", "0.1.0")  # 0.1.0+cu<CUDA major> or 0.1.0+cpu once built
+# Before fp8ext._C is loaded (by .ops): a torch it cannot run on gets one ImportError that says what to install,
+# instead of an undefined symbol or a missing CUDA library.
+if _BUILD_INFO is not None:
+    _compat.check_torch(_torch.__version__, _torch.version.cuda, fp8ext_version=__version__,
+                        torch_floor=_BUILD_INFO.get("torch_floor"), cuda_major=_BUILD_INFO.get("cuda_major"),
+                        built_cuda=(_BUILD_INFO.get("built_with") or {}).get("cuda"))
+
 from .autotune import _configure_from_environment, autotune, autotune_entries
 from .ops import (_has_cuda_kernels, backends, force_kernel, kernel_names, kernel_traits, scaled_mm,
                   selected_kernel, set_backends)
@@ -22,15 +43,12 @@ from .quantize import f8f8bf16_rowwise, quantize_rowwise
 from . import nn
 from .nn import ConvertReport, Float8Linear, convert
 
-__version__ = "0.1.0"
 __all__ = ["scaled_mm", "kernel_names", "kernel_traits", "selected_kernel", "force_kernel", "set_backends",
            "backends", "autotune", "autotune_entries", "build_info", "__version__", "quantize_rowwise",
            "f8f8bf16_rowwise", "nn", "Float8Linear", "convert", "ConvertReport", "TorchaoConfig"]
 
 if _has_cuda_kernels():
     # Part of the autotuner's cache key: a choice measured under other versions is tuned again.
-    import torch as _torch
-
     _torch.ops.fp8ext._set_software_key(f"cuda{_torch.version.cuda}/torch{_torch.__version__}/fp8ext{__version__}")
 _configure_from_environment()
 
@@ -48,11 +66,10 @@ def __getattr__(name: str):
 
 
 def build_info() -> dict:
-    """How this copy of fp8ext was built: {"cuda": bool, "arch": "sm_90a" | None, "kernels": [...], ...}."""
-    try:
-        info = json.loads(resources.files(__package__).joinpath("_build_info.json").read_text())
-    except (FileNotFoundError, OSError):
-        info = {"cuda": None, "arch": None, "kernels": [], "subset": None}
+    """How this copy of fp8ext was built: {"cuda": bool, "arch": "sm_90a" | None, "kernels": [...], "cuda_major":
+    13 | None, "torch_floor": "2.11", "built_with": {"torch": ..., "python": ...}, ...}."""
+    info = json.loads(json.dumps(_BUILD_INFO)) if _BUILD_INFO is not None else {"cuda": None, "arch": None,
+                                                                                  "kernels": [], "subset": None}
     info["registered_kernels"] = kernel_names()
     info["version"] = __version__
     return info
