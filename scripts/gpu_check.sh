@@ -21,7 +21,14 @@
 # $OUT_DIR/NAME.json and its output in $OUT_DIR/NAME.log. Wheels that the machine lacks (nvidia-cutlass for the headers) may be placed
 # in .whl/; they are installed to a private prefix first. The build is in place and incremental (build/ is
 # reused when the machine is still warm).
+#
+# Wheel mode: FP8EXT_WHEEL=path/to/fp8ext-<version>-cp310-abi3-linux_x86_64.whl makes the build stage install that
+# wheel (pip install --no-deps --force-reinstall, into $PYTHON's environment) instead of building, and every stage
+# then runs the installed copy, not ./python; build.log and $OUT_DIR/run_info.json record what was installed and
+# what it runs on. refit, which rebuilds from source, is refused in this mode.
 set -euo pipefail
+# A relative wheel path is the caller's, before the cd.
+WHEEL=${FP8EXT_WHEEL:+$(realpath "$FP8EXT_WHEEL")}
 cd "$(dirname "$0")/.."
 OUT_DIR="${FP8EXT_OUT:-gpu_check_out}"
 STAGES=",${FP8EXT_STAGES:-build,test,bench},"
@@ -32,14 +39,22 @@ T0=$(date +%s)
 DEADLINE=$(( T0 + ${FP8EXT_TIME_BUDGET_S:-100000} ))
 export PYTHONUNBUFFERED=1
 
-if compgen -G ".whl/*.whl" >/dev/null; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/fp8ext-site .whl/*.whl
+# Not an fp8ext wheel kept there: on PYTHONPATH it would shadow the copy under test.
+rm -rf /tmp/fp8ext-site/fp8ext /tmp/fp8ext-site/fp8ext-*.dist-info
+deps=()
+for w in .whl/*.whl; do
+  if [[ -f $w && $(basename "$w") != fp8ext-* ]]; then deps+=("$w"); fi
+done
+if [ ${#deps[@]} -gt 0 ]; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/fp8ext-site "${deps[@]}"
   export PYTHONPATH=/tmp/fp8ext-site${PYTHONPATH:+:$PYTHONPATH}
   if [ -z "${CUTLASS_DIR:-}" ] && [ -d /tmp/fp8ext-site/cutlass_library/source/include ]; then
     export CUTLASS_DIR=/tmp/fp8ext-site/cutlass_library/source
   fi
 fi
-export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+if [ -z "$WHEEL" ]; then
+  export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+fi
 
 # The H200 image points the build at /opt/gcc/bin/g++ (CXX in its environment), and an extension built with it
 # segfaults as soon as a C++ exception crosses it: a one-line load_inline extension with a failing TORCH_CHECK
@@ -50,14 +65,48 @@ FP8EXT_CC=${FP8EXT_CC:-/usr/bin/gcc}
 if [ -x "$FP8EXT_CXX" ] && [ -x "$FP8EXT_CC" ]; then export CXX=$FP8EXT_CXX CC=$FP8EXT_CC; fi
 echo "host compilers: CC=${CC:-default} CXX=${CXX:-default}"
 
+# Wheel mode's build stage: install the wheel, and record what runs.
+install_wheel() {
+  local start=$(date +%s)
+  [ -f "$WHEEL" ] || { echo "FP8EXT_WHEEL: no such file: $WHEEL"; exit 1; }
+  $PY -m pip install --no-index --no-deps --force-reinstall "$WHEEL" >>"$OUT_DIR/build.log" 2>&1 \
+    || { tail -30 "$OUT_DIR/build.log"; exit 1; }
+  $PY - "$WHEEL" "$OUT_DIR/run_info.json" <<'PY' 2>&1 | tee -a "$OUT_DIR/build.log"
+import json, os, platform, sys
+import torch
+import fp8ext
+wheel, record = sys.argv[1:3]
+info = fp8ext.build_info()
+print(f"installed {os.path.basename(wheel)}: fp8ext {fp8ext.__version__} from {fp8ext.__file__}")
+print(f"  built with {info.get('built_with')}, for CUDA {info.get('cuda_major')}, torch >= {info.get('torch_floor')}")
+print(f"  running on torch {torch.__version__} (CUDA {torch.version.cuda}), Python {platform.python_version()}")
+source = os.path.realpath("python") + os.sep
+assert not os.path.realpath(fp8ext.__file__).startswith(source), "fp8ext was imported from ./python, not the wheel"
+# For scripts/wheel_record.py.
+with open(record, "w") as f:
+    json.dump({"wheel": {"name": os.path.basename(wheel), "size_bytes": os.path.getsize(wheel)},
+               "fp8ext": {"version": fp8ext.__version__, "file": fp8ext.__file__, "cuda_major": info.get("cuda_major"),
+                          "torch_floor": info.get("torch_floor")},
+               "built_with": info.get("built_with"),
+               "run_with": {"torch": torch.__version__, "python": platform.python_version(),
+                            "cuda": torch.version.cuda}}, f, indent=1)
+PY
+  [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
+  echo "install: $(( $(date +%s) - start )) s"
+}
+
 build() {
   local start=$(date +%s)
+  # The build is _C.abi3.so; an in-place _C.cpython-*.so left from an earlier build would be imported before it.
+  rm -f python/fp8ext/_C.cpython-*.so
   MAX_JOBS=${MAX_JOBS:-$(nproc)} FP8EXT_PTXAS_VERBOSE=1 $PY setup.py build_ext --inplace >>"$OUT_DIR/build.log" 2>&1 \
     || { tail -50 "$OUT_DIR/build.log"; exit 1; }
   echo "build: $(( $(date +%s) - start )) s"
 }
 
-if [[ $STAGES == *,build,* ]]; then
+if [[ $STAGES == *,build,* ]] && [ -n "$WHEEL" ]; then
+  install_wheel
+elif [[ $STAGES == *,build,* ]]; then
   build
   # ptxas findings worth a look: C7510 (wgmma serialized), spills, stack frames.
   grep -E "C75[0-9][0-9]|[1-9][0-9]* bytes spill|Compiling entry|Function properties for .*device_kernel" \
@@ -91,6 +140,7 @@ if [[ $STAGES == *,calibrate,* ]]; then
   tail -2 "$calib_log"
 fi
 if [[ $STAGES == *,refit,* ]]; then
+  [ -z "$WHEEL" ] || { echo "refit rebuilds fp8ext from source: unset FP8EXT_WHEEL to run it"; exit 1; }
   $PY scripts/tune.py --fit "$OUT_DIR/calibration.json" --write
   cp csrc/sm90/cost_model_coeffs.inc "$OUT_DIR/cost_model_coeffs.inc"
   build

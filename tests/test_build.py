@@ -1,8 +1,11 @@
 """The build's bookkeeping: generated kernel sources match their table, and the installed extension says what
 it was built with."""
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import fp8ext
 
@@ -87,3 +90,90 @@ def test_registered_traits_match_the_manifest():
         assert (t["accum"], t["out"], t["in_a"], t["swap_ab"], t["promotion"], t["overlap"], t["max_m"],
                 t["workspace"]) == (accum, out, in_a, swap == "1", int(promo), overlap == "1", int(max_m),
                                     workspace == "1"), line
+
+
+# ---- The ABI audit (tools/abi_audit.py): fp8ext._C calls torch only through the stable ABI ----
+
+sys.path.insert(0, str(ROOT / "tools"))
+import abi_audit  # noqa: E402
+
+_BINUTILS = all(shutil.which(t) for t in ("nm", "c++filt", "readelf"))
+needs_toolchain = pytest.mark.skipif(not (_BINUTILS and shutil.which("g++")), reason="needs g++ and binutils")
+
+
+def _shared_library(tmp_path, name, source, *link):
+    (tmp_path / f"{name}.cpp").write_text(source)
+    so = tmp_path / f"lib{name}.so"
+    subprocess.run(["g++", "-shared", "-fPIC", "-o", str(so), str(tmp_path / f"{name}.cpp"), *link], check=True,
+                   capture_output=True, text=True)
+    return so
+
+
+def _run_audit(so):
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "abi_audit.py"), str(so)], capture_output=True,
+                          text=True, timeout=60)
+
+
+@needs_toolchain
+def test_abi_audit_fails_on_a_planted_libtorch_symbol(tmp_path):
+    so = _shared_library(tmp_path, "planted", """
+namespace c10 { int planted_symbol(); }
+namespace at { struct Planted { virtual ~Planted(); }; }
+extern "C" int call_planted(void) { return c10::planted_symbol(); }
+extern "C" void* make_planted(void) { return new at::Planted(); }  // vtable for at::Planted: undefined too
+""")
+    result = _run_audit(so)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "c10::planted_symbol()" in result.stdout
+    assert "vtable for at::Planted" in result.stdout
+    offenders, _ = abi_audit.audit(so)
+    assert len(offenders) == 2, offenders
+
+
+@needs_toolchain
+def test_abi_audit_passes_stable_c_shims(tmp_path):
+    so = _shared_library(tmp_path, "stable", """
+#include <cstring>
+#include <stdexcept>
+#include <string>
+extern "C" int aoti_torch_planted(void);
+extern "C" int torch_planted_shim(void);
+extern "C" int call_planted(const char* s) {
+  if (!s) throw std::runtime_error(std::string("no string"));  // libstdc++ and libgcc symbols are fine
+  return aoti_torch_planted() + torch_planted_shim() + (int)std::strlen(s);
+}
+""")
+    result = _run_audit(so)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("abi_audit: ok: libstable.so:") and len(result.stdout.splitlines()) == 1
+    assert "2 of them stable-ABI C shims" in result.stdout
+
+
+@needs_toolchain
+def test_abi_audit_fails_on_libtorch_python(tmp_path):
+    _shared_library(tmp_path, "torch_python", 'extern "C" int THPVariable_planted(void) { return 0; }')
+    so = _shared_library(tmp_path, "needs_python", 'int THPVariable_Wrap(void* v);\n'
+                         'extern "C" int f(void) { return THPVariable_Wrap(nullptr); }',
+                         "-Wl,--no-as-needed", f"-L{tmp_path}", "-ltorch_python")
+    result = _run_audit(so)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "THPVariable_Wrap(void*)" in result.stdout and "DT_NEEDED libtorch_python.so" in result.stdout
+
+
+def _installed_extension():
+    import importlib.util
+    spec = importlib.util.find_spec("fp8ext._C")
+    return Path(spec.origin) if spec is not None and spec.origin and spec.origin.endswith(".so") else None
+
+
+@pytest.mark.skipif(not _BINUTILS, reason="needs binutils (nm, c++filt, readelf)")
+def test_installed_extension_uses_only_the_stable_abi():
+    so = _installed_extension()
+    if so is None:
+        pytest.skip("fp8ext._C is not built")
+    if "torch_floor" not in fp8ext.build_info():
+        pytest.skip(f"the fp8ext at {Path(fp8ext.__file__).parent} is a build from before the stable ABI (its "
+                    "_build_info.json has no torch_floor); reinstall fp8ext from this tree")
+    offenders, summary = abi_audit.audit(so)
+    assert not offenders, f"{so} uses symbols outside the stable ABI:\n" + "\n".join(offenders)
+    assert so.name.endswith(".abi3.so"), f"{so.name}: not built for Python's limited API (abi3)"

@@ -1,0 +1,81 @@
+"""Writes the record of a cross-version run of the wheel: bench/results/<gpu>-<date>-wheel-crossversion-<commit>.json.
+
+The wheel is built on one torch and Python and installed with `pip install --no-deps` on a machine with another
+(`FP8EXT_WHEEL=... scripts/gpu_check.sh`). This joins what that run left behind with a llama benchmark of an
+in-place build of the same commit on the same GPU, so that the wheel's ratios can be held against it:
+
+    python scripts/wheel_record.py --run-info wheel/run_info.json --pytest-log wheel/pytest.log \
+        --wheel-bench wheel/bench-llama.json --inplace-bench inplace/bench-llama.json --out bench/results/...
+
+run_info.json is what gpu_check.sh writes in wheel mode: the installed wheel's name and size, `built_with`
+(torch, python: from the wheel's _build_info.json) and `run_with` (torch, python on the GPU machine).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+
+def pytest_summary(log: str) -> str:
+    """The last line of a pytest run that counts outcomes ("889 passed, 8 skipped, 2 warnings in 159.97s")."""
+    lines = [ln.strip("= ").strip() for ln in log.splitlines() if re.search(r"\d+ (passed|failed|error)", ln)]
+    if not lines:
+        raise ValueError("no pytest summary line in the log")
+    return lines[-1]
+
+
+def geomeans(bench: dict) -> dict[str, float]:
+    """The benchmark summary's geomean ratios (the numbers; worst-row entries are left out)."""
+    return {k: v for k, v in bench["summary"].items() if isinstance(v, (int, float))}
+
+
+def compare(wheel: dict[str, float], inplace: dict[str, float]) -> dict:
+    """Per geomean: wheel / in-place, and the largest relative departure from 1 over all of them."""
+    common = sorted(set(wheel) & set(inplace))
+    ratio = {k: wheel[k] / inplace[k] for k in common}
+    worst = max(common, key=lambda k: abs(math.log(ratio[k])))
+    return {"wheel_over_inplace": ratio, "largest_difference": {"geomean": worst, "ratio": ratio[worst]}}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run-info", required=True, type=Path)
+    ap.add_argument("--pytest-log", required=True, type=Path)
+    ap.add_argument("--wheel-bench", required=True, type=Path)
+    ap.add_argument("--inplace-bench", required=True, type=Path)
+    ap.add_argument("--out", required=True, type=Path)
+    args = ap.parse_args(argv)
+
+    info = json.loads(args.run_info.read_text())
+    wheel_bench = json.loads(args.wheel_bench.read_text())
+    inplace_bench = json.loads(args.inplace_bench.read_text())
+    if wheel_bench["commit"] != inplace_bench["commit"]:
+        sys.exit(f"the two benchmarks ran different commits: {wheel_bench['commit']} and {inplace_bench['commit']}")
+    wheel_g, inplace_g = geomeans(wheel_bench), geomeans(inplace_bench)
+    record = {
+        "commit": wheel_bench["commit"],
+        "gpu": wheel_bench["gpu"],
+        "date": wheel_bench["date"],
+        "suite": "wheel-crossversion",
+        "wheel": info["wheel"],
+        "built_with": info["built_with"],
+        "run_with": info["run_with"],
+        "pytest": pytest_summary(args.pytest_log.read_text()),
+        "bench_suite": wheel_bench["suite"],
+        "method": wheel_bench["method"],
+        "geomeans_wheel": wheel_g,
+        "geomeans_inplace": inplace_g,
+        "inplace_torch": inplace_bench["torch"],
+        **compare(wheel_g, inplace_g),
+    }
+    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    print(json.dumps({k: record[k] for k in ("pytest", "built_with", "run_with", "largest_difference")}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
