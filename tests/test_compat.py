@@ -58,7 +58,7 @@ def test_older_torch_is_refused_with_what_to_install():
     assert msg.startswith("fp8ext 0.1.0+cu13 needs torch >= 2.11 built for CUDA 13; "
                           "this is torch 2.10.0+cu130 (CUDA 13.0).")
     assert "Install a CUDA 13 build of torch >= 2.11" in msg
-    assert "pip install 'torch>=2.11' --index-url https://download.pytorch.org/whl/cu130" in msg
+    assert "pip install 'torch>=2.11' from PyTorch's cu130 wheels" in msg
     assert "build fp8ext from source against this torch" in msg
     # A nightly or pre-release of an older minor is that minor.
     assert "this is torch 2.10.0.dev20251101+cu130" in _raises("2.10.0.dev20251101+cu130", "13.0", **CU13)
@@ -69,7 +69,7 @@ def test_older_torch_is_refused_with_what_to_install():
 def test_other_cuda_major_is_refused():
     msg = _raises("2.14.1+cu128", "12.8", **CU13)
     assert "needs torch >= 2.11 built for CUDA 13; this is torch 2.14.1+cu128 (CUDA 12.8)" in msg
-    assert "--index-url https://download.pytorch.org/whl/cu130" in msg
+    assert "from PyTorch's cu130 wheels" in msg
     # Older and the wrong CUDA: one message with both requirements.
     msg = _raises("2.10.0+cu126", "12.6", **CU13)
     assert msg.count("fp8ext 0.1.0+cu13 needs") == 1 and "this is torch 2.10.0+cu126 (CUDA 12.6)" in msg
@@ -81,14 +81,14 @@ def test_other_cuda_major_is_refused():
 def test_cpu_only_torch_with_a_cuda_build_is_refused():
     msg = _raises("2.14.1+cpu", None, **CU13)
     assert "needs torch >= 2.11 built for CUDA 13; this is torch 2.14.1+cpu (without CUDA)" in msg
-    assert "--index-url https://download.pytorch.org/whl/cu130" in msg
+    assert "from PyTorch's cu130 wheels" in msg
 
 
 def test_index_follows_the_cuda_fp8ext_was_built_with():
     msg = _raises("2.14.1+cpu", None, **{**CU13, "built_cuda": "13.1"})
-    assert "--index-url https://download.pytorch.org/whl/cu131" in msg
+    assert "from PyTorch's cu131 wheels" in msg
     msg = _raises("2.14.1+cpu", None, **{**CU13, "built_cuda": None})
-    assert "--index-url https://download.pytorch.org/whl/cu130" in msg
+    assert "from PyTorch's cu130 wheels" in msg
 
 
 def test_unreadable_versions_are_not_held_against_torch():

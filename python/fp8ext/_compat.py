@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import re
 
-PYTORCH_INDEX = "https://download.pytorch.org/whl"
-
-
 def _release(version: str) -> tuple[int, int] | None:
     """(major, minor) of a torch version: "2.11.0+cu130" -> (2, 11), "2.12.0.dev20260101+cu130" -> (2, 12),
     "2.11.0a0+gitabc" -> (2, 11). The stable ABI is versioned by major.minor (TORCH_TARGET_VERSION), so a pre-release
@@ -20,15 +17,15 @@ def _release(version: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def _cuda_index(cuda_major: int, built_cuda: str | None) -> str:
-    """The PyTorch download index of a CUDA major: that of the CUDA version fp8ext was built with when it is of
-    that major ("13.0" -> .../cu130), else <major>.0."""
+def _cuda_tag(cuda_major: int, built_cuda: str | None) -> str:
+    """The tag of PyTorch's wheels for a CUDA major: that of the CUDA version fp8ext was built with when it is of
+    that major ("13.0" -> cu130), else <major>.0."""
     tag = f"{cuda_major}0"
     if built_cuda:
         parts = built_cuda.split(".")
         if parts[0] == str(cuda_major) and len(parts) > 1 and parts[1].isdigit():
             tag = f"{cuda_major}{parts[1]}"
-    return f"{PYTORCH_INDEX}/cu{tag}"
+    return f"cu{tag}"
 
 
 def incompatibility(torch_version: str, torch_cuda: str | None, *, fp8ext_version: str, torch_floor: str | None,
@@ -57,10 +54,10 @@ def incompatibility(torch_version: str, torch_cuda: str | None, *, fp8ext_versio
     # Each message is one literal, so that the README can quote it (tests/test_docs.py).
     if cuda_major is not None:
         cuda = f"CUDA {torch_cuda}" if torch_cuda else "without CUDA"
-        index = _cuda_index(cuda_major, built_cuda)
+        tag = _cuda_tag(cuda_major, built_cuda)
         return (f"fp8ext {fp8ext_version} needs {torch_req} built for CUDA {cuda_major}; this is torch {torch_version} "
-                f"({cuda}). Install a CUDA {cuda_major} build of {torch_req} (pip install {pip_req} --index-url "
-                f"{index}), {from_source}.")
+                f"({cuda}). Install a CUDA {cuda_major} build of {torch_req} (pip install {pip_req} from PyTorch's "
+                f"{tag} wheels), {from_source}.")
     return f"fp8ext {fp8ext_version} needs {torch_req}; this is torch {torch_version}. Install {torch_req} " \
            f"(pip install {pip_req}), {from_source}."
 
