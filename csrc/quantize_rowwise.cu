@@ -137,6 +137,15 @@ __device__ __forceinline__ OutPack<kVec> scaled_pack(const InPack<In, kVec>& v, 
   return to_fp8<kFormat, kVec>(f);
 }
 
+// After a row's reduction, in both kernels: the formula's amax (eps, scale_ub), the row's scale (written by
+// lane 0), and what the row's elements are multiplied by: FP8_MAX / amax.
+template <__nv_fp8_interpretation_t kFormat>
+__device__ __forceinline__ float finish_amax(const QuantizeRowwiseParams& p, int64_t r, int lane, float amax) {
+  amax = rowwise_amax(amax, p.scale_ub);
+  if (lane == 0) p.scale[r] = amax / kFp8Max<kFormat>;
+  return kFp8Max<kFormat> / amax;
+}
+
 // One pass: thread `lane` of a row holds packs lane, lane + kThreadsPerRow, ... (kPacks of them, coalesced across
 // the warp) in registers; packs past the row's end are zeros, which leave amax unchanged and are not stored.
 template <typename In, __nv_fp8_interpretation_t kFormat, int kThreadsPerRow, int kPacks>
@@ -171,9 +180,7 @@ __global__ void __launch_bounds__(cta_threads(kThreadsPerRow)) quantize_rowwise_
     }
     amax = row_amax<kThreadsPerRow, kRowsPerCta>(amax, row_in_cta, lane);
     if (!active) continue;
-    amax = rowwise_amax(amax, p.scale_ub);
-    if (lane == 0) p.scale[r] = amax / kFp8Max<kFormat>;
-    const float inv = kFp8Max<kFormat> / amax;
+    const float inv = finish_amax<kFormat>(p, r, lane, amax);
     OutPack<kVec>* q = reinterpret_cast<OutPack<kVec>*>(static_cast<__nv_fp8_storage_t*>(p.q) + r * p.K);
 #pragma unroll
     for (int j = 0; j < kPacks; ++j) {
@@ -207,9 +214,7 @@ __global__ void __launch_bounds__(cta_threads(kThreadsPerRow)) quantize_rowwise_
     }
     amax = row_amax<kThreadsPerRow, kRowsPerCta>(amax, row_in_cta, lane);
     if (!active) continue;
-    amax = rowwise_amax(amax, p.scale_ub);
-    if (lane == 0) p.scale[r] = amax / kFp8Max<kFormat>;
-    const float inv = kFp8Max<kFormat> / amax;
+    const float inv = finish_amax<kFormat>(p, r, lane, amax);
     OutPack<kVec>* q = reinterpret_cast<OutPack<kVec>*>(static_cast<__nv_fp8_storage_t*>(p.q) + r * p.K);
 #pragma unroll 4
     for (int64_t i = lane; i < nvec; i += kThreadsPerRow) q[i] = scaled_pack<In, kFormat, kVec>(x[i], inv);
