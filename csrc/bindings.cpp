@@ -27,7 +27,7 @@ STABLE_TORCH_LIBRARY(fp8ext, m) {
 
 // `import fp8ext._C` loads this library, which registers the ops above with the dispatcher. The module itself
 // has no Python functions; it is built for Python's limited API (abi3), so one build serves every Python >= 3.10.
-extern "C" PyObject* PyInit__C(void) {
+PyMODINIT_FUNC PyInit__C(void) {
   static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", "fp8ext native ops (torch.ops.fp8ext)", -1,
                                           nullptr};
   return PyModule_Create(&module_def);

@@ -10,6 +10,7 @@
 #include <torch/csrc/stable/library.h>
 
 #include "quantize_rowwise_op.h"
+#include "torch_calls.h"
 
 namespace fp8ext {
 namespace {
@@ -20,7 +21,7 @@ std::tuple<Tensor, Tensor> quantize_rowwise_cuda(Tensor x, std::optional<ScalarT
   const torch::stable::accelerator::DeviceGuard guard(device);
   QuantizeRowwiseCall c = prepare_quantize_rowwise(x, dtype, scale_ub);
   void* stream = nullptr;
-  TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(device, &stream));
+  FP8EXT_SHIM_CHECK(aoti_torch_get_current_cuda_stream(device, &stream));
   const cudaError_t err = launch_quantize_rowwise(c.params, static_cast<cudaStream_t>(stream));
   FP8EXT_CHECK(err == cudaSuccess, "fp8ext.quantize_rowwise: CUDA error: ", cudaGetErrorString(err));
   return {std::move(*c.q), std::move(*c.scale)};

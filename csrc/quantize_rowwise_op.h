@@ -26,8 +26,9 @@ QuantizeRowwiseParams check_quantize_rowwise(IntSpan sizes, IntSpan strides, Sca
 // device guard first, so that the outputs land on x's device.
 using Tensor = torch::stable::Tensor;
 
-// The tensors are optional only because torch::stable::Tensor has no empty state; both are set.
-struct QuantizeRowwiseCall {
+// The tensors are optional only because torch::stable::Tensor has no empty state; both are set. Hidden, as
+// torch::stable::Tensor is: the type never leaves this library.
+struct __attribute__((visibility("hidden"))) QuantizeRowwiseCall {
   QuantizeRowwiseParams params;
   std::optional<Tensor> q, scale;
 };

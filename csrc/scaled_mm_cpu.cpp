@@ -8,6 +8,7 @@
 #include <torch/csrc/stable/ops.h>
 
 #include "scaled_mm.h"
+#include "torch_calls.h"
 
 namespace fp8ext {
 namespace {
@@ -17,13 +18,13 @@ namespace st = torch::stable;
 // self *= other, broadcasting other (aten::mul_.Tensor; ops.h has no wrapper for it).
 void mul_(Tensor& self, const Tensor& other) {
   std::array<StableIValue, 2> stack{st::detail::from(self), st::detail::from(other)};
-  STABLE_TORCH_ERROR_CODE_CHECK(torch_call_dispatcher("aten::mul_", "Tensor", stack.data(), TORCH_ABI_VERSION));
+  call_aten("aten::mul_", "Tensor", stack);
 }
 
 // self * other, broadcasting (aten::mul.Tensor).
 Tensor mul(const Tensor& self, const Tensor& other) {
   std::array<StableIValue, 2> stack{st::detail::from(self), st::detail::from(other)};
-  STABLE_TORCH_ERROR_CODE_CHECK(torch_call_dispatcher("aten::mul", "Tensor", stack.data(), TORCH_ABI_VERSION));
+  call_aten("aten::mul", "Tensor", stack);
   return st::detail::to<Tensor>(stack[0]);
 }
 

@@ -76,7 +76,7 @@ bool cuda_available() {
 
 cudaStream_t current_stream(int device) {
   void* stream = nullptr;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(device, &stream));
+  FP8EXT_SHIM_CHECK(aoti_torch_get_current_cuda_stream(device, &stream));
   return static_cast<cudaStream_t>(stream);
 }
 

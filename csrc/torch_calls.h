@@ -7,29 +7,48 @@
 #include <stdexcept>
 #include <string>
 
+#include <dlfcn.h>
+
 #include <torch/csrc/stable/library.h>
-#include <torch/csrc/stable/macros.h>
 
 namespace fp8ext {
 
-// An aten op called through the dispatcher failed. torch >= 2.13 hands the exception's text to extensions;
-// older torch keeps it to itself, and then the text here only names the op and message_known is false.
+// A call into torch through the shim failed. torch >= 2.13 hands the exception's text to extensions;
+// older torch keeps it to itself, and then the text here only names the call and message_known is false.
 class AtenError : public std::runtime_error {
  public:
   AtenError(const std::string& what, bool known) : std::runtime_error(what), message_known(known) {}
   bool message_known;
 };
 
+// The text of the calling thread's last exception inside torch's shim, or nullptr where torch does not offer it
+// (torch_exception_get_what_without_backtrace, new in 2.13). Looked up at run time, as torch's own headers do
+// for shims newer than the target version: the binary stays loadable on the oldest torch it supports, and
+// the headers of that torch (which do not declare it) build it too.
+inline const char* torch_error_text() {
+  using Getter = const char* (*)();
+  static const Getter getter =
+      reinterpret_cast<Getter>(dlsym(RTLD_DEFAULT, "torch_exception_get_what_without_backtrace"));
+  return getter != nullptr ? getter() : nullptr;
+}
+
+[[noreturn]] inline void throw_shim_error(const char* call) {
+  if (const char* what = torch_error_text()) throw AtenError(what, true);
+  throw AtenError(std::string(call) + " failed (torch before 2.13 does not pass the error's message on to "
+                                      "extensions)", false);
+}
+
+// Checks a shim call's result: on failure, throws AtenError with torch's message where it has one.
+#define FP8EXT_SHIM_CHECK(call)                                                \
+  do {                                                                         \
+    if ((call) != AOTI_TORCH_SUCCESS) ::fp8ext::throw_shim_error(#call);       \
+  } while (false)
+
 // Calls `op.overload` on the stack's arguments (schema order, every argument given); the result replaces
 // stack[0] (and stack[1], ... for several results).
 template <std::size_t N>
 void call_aten(const char* op, const char* overload, std::array<StableIValue, N>& stack) {
-  if (torch_call_dispatcher(op, overload, stack.data(), TORCH_ABI_VERSION) == TORCH_SUCCESS) return;
-  const char* what = TORCH_DYNAMIC_VERSION_CALL_2_13_0(torch_exception_get_what_without_backtrace,
-                                                       torch::stable::detail::torch_shim_bc_const_char_ptr);
-  if (what != nullptr) throw AtenError(what, true);
-  throw AtenError(std::string(op) + " failed (torch before 2.13 does not pass an op's error message on to "
-                                    "extensions)", false);
+  FP8EXT_SHIM_CHECK(torch_call_dispatcher(op, overload, stack.data(), TORCH_ABI_VERSION));
 }
 
 // A warning, as TORCH_WARN gives it: a Python UserWarning when the op was called from Python.
