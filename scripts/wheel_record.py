@@ -48,13 +48,17 @@ def main(argv=None) -> int:
     ap.add_argument("--wheel-bench", required=True, type=Path)
     ap.add_argument("--inplace-bench", required=True, type=Path)
     ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--inplace-other-commit", action="store_true",
+                    help="accept an in-place benchmark of another commit (the record names both commits)")
+    ap.add_argument("--note", action="append", default=[], help="a line for the record's notes (repeatable)")
     args = ap.parse_args(argv)
 
     info = json.loads(args.run_info.read_text())
     wheel_bench = json.loads(args.wheel_bench.read_text())
     inplace_bench = json.loads(args.inplace_bench.read_text())
-    if wheel_bench["commit"] != inplace_bench["commit"]:
-        sys.exit(f"the two benchmarks ran different commits: {wheel_bench['commit']} and {inplace_bench['commit']}")
+    if wheel_bench["commit"] != inplace_bench["commit"] and not args.inplace_other_commit:
+        sys.exit(f"the two benchmarks ran different commits: {wheel_bench['commit']} and {inplace_bench['commit']} "
+                 "(--inplace-other-commit accepts that)")
     wheel_g, inplace_g = geomeans(wheel_bench), geomeans(inplace_bench)
     record = {
         "commit": wheel_bench["commit"],
@@ -69,8 +73,11 @@ def main(argv=None) -> int:
         "method": wheel_bench["method"],
         "geomeans_wheel": wheel_g,
         "geomeans_inplace": inplace_g,
+        "inplace_commit": inplace_bench["commit"],
+        "inplace_date": inplace_bench["date"],
         "inplace_torch": inplace_bench["torch"],
         **compare(wheel_g, inplace_g),
+        "notes": args.note,
     }
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps({k: record[k] for k in ("pytest", "built_with", "run_with", "largest_difference")}, indent=1))
