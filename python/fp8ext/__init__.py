@@ -12,6 +12,7 @@ swap as a `torchao.quantization.quantize_` config.
 """
 from __future__ import annotations
 
+import copy
 import json
 from importlib import resources
 
@@ -68,8 +69,8 @@ def __getattr__(name: str):
 def build_info() -> dict:
     """How this copy of fp8ext was built: {"cuda": bool, "arch": "sm_90a" | None, "kernels": [...], "cuda_major":
     13 | None, "torch_floor": "2.11", "built_with": {"torch": ..., "python": ...}, ...}."""
-    info = json.loads(json.dumps(_BUILD_INFO)) if _BUILD_INFO is not None else {"cuda": None, "arch": None,
-                                                                                  "kernels": [], "subset": None}
+    unbuilt = {"cuda": None, "arch": None, "kernels": [], "subset": None}
+    info = copy.deepcopy(_BUILD_INFO) if _BUILD_INFO is not None else unbuilt
     info["registered_kernels"] = kernel_names()
     info["version"] = __version__
     return info
