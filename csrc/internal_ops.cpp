@@ -65,12 +65,7 @@ void check_quantize_rowwise_meta_op(std::vector<int64_t> sizes, std::vector<int6
 // and has no entries.
 std::tuple<std::string, std::vector<std::string>> autotune_cache_read(std::string path) {
   const sm90::CacheRead r = sm90::read_cache(path);
-  std::vector<std::string> flat;
-  for (const auto& [bucket, kernel] : r.entries) {
-    flat.push_back(bucket);
-    flat.push_back(kernel);
-  }
-  return {r.error, flat};
+  return {r.error, sm90::flatten_entries(r.entries)};
 }
 
 // Merges the entries into the file as the tuner does after a new choice; returns "" or what failed.

@@ -20,11 +20,17 @@ namespace fp8ext {
 using ScalarType = torch::headeronly::ScalarType;
 using IntSpan = torch::headeronly::HeaderOnlyArrayRef<int64_t>;
 
+// The arguments written one after another, as operator<< writes each: the one formatter of messages and warnings.
 template <typename... Args>
-[[noreturn]] void fail(const Args&... args) {
+std::string str(const Args&... args) {
   std::ostringstream os;
   (os << ... << args);
-  throw std::runtime_error(os.str());
+  return os.str();
+}
+
+template <typename... Args>
+[[noreturn]] void fail(const Args&... args) {
+  throw std::runtime_error(str(args...));
 }
 
 #define FP8EXT_CHECK(cond, ...)                       \

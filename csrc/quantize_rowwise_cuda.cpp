@@ -2,10 +2,6 @@
 // and the current stream; the kernel itself (quantize_rowwise.cu) is plain CUDA behind launch_quantize_rowwise.
 #include <string>
 
-#ifndef USE_CUDA
-#define USE_CUDA  // shim.h declares its CUDA stream accessors only under it
-#endif
-#include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
 
@@ -20,9 +16,7 @@ std::tuple<Tensor, Tensor> quantize_rowwise_cuda(Tensor x, std::optional<ScalarT
   const int32_t device = x.get_device_index();
   const torch::stable::accelerator::DeviceGuard guard(device);
   QuantizeRowwiseCall c = prepare_quantize_rowwise(x, dtype, scale_ub);
-  void* stream = nullptr;
-  FP8EXT_SHIM_CHECK(aoti_torch_get_current_cuda_stream(device, &stream));
-  const cudaError_t err = launch_quantize_rowwise(c.params, static_cast<cudaStream_t>(stream));
+  const cudaError_t err = launch_quantize_rowwise(c.params, current_cuda_stream(device));
   FP8EXT_CHECK(err == cudaSuccess, "fp8ext.quantize_rowwise: CUDA error: ", cudaGetErrorString(err));
   return {std::move(*c.q), std::move(*c.scale)};
 }

@@ -31,6 +31,7 @@
 
 #include "scaled_mm.h"
 #include "sm90/autotune.h"
+#include "sm90/autotune_cache.h"
 #include "sm90/dispatch.h"
 #include "sm90/gemm_params.h"
 #include "sm90/kernel_registry.h"
@@ -74,22 +75,9 @@ bool cuda_available() {
   return available;
 }
 
-cudaStream_t current_stream(int device) {
-  void* stream = nullptr;
-  FP8EXT_SHIM_CHECK(aoti_torch_get_current_cuda_stream(device, &stream));
-  return static_cast<cudaStream_t>(stream);
-}
-
 // A warning given once per process and call site (the `once` flag), as TORCH_WARN_ONCE.
 void warn_once(std::once_flag& once, const std::string& message) {
   std::call_once(once, [&] { warn(message); });
-}
-
-template <typename... Args>
-std::string str(const Args&... args) {
-  std::ostringstream os;
-  (os << ... << args);
-  return os.str();
 }
 
 sm90::OutType to_out_type(ScalarType t) {
@@ -291,7 +279,7 @@ sm90::Selection chosen_kernel(const sm90::ProblemKey& key, const cudaDeviceProp&
 Tensor run_sm90(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                 const std::optional<Tensor>& bias, const ScaledMmProblem& problem, const sm90::ProblemKey& key,
                 const cudaDeviceProp& props, bool use_fast_accum) {
-  const cudaStream_t stream = current_stream(a.get_device_index());
+  const cudaStream_t stream = current_cuda_stream(a.get_device_index());
   const bool capturing = stream_is_capturing(stream);
   std::string untuned_bucket;
   const sm90::Selection selection =
@@ -583,14 +571,7 @@ void autotune_configure(bool enabled, std::string cache_file, std::vector<std::s
 }
 
 // (bucket, kernel) pairs flattened: [bucket0, kernel0, bucket1, kernel1, ...].
-std::vector<std::string> autotune_entries() {
-  std::vector<std::string> flat;
-  for (const auto& [bucket, kernel] : sm90::autotune_entries()) {
-    flat.push_back(bucket);
-    flat.push_back(kernel);
-  }
-  return flat;
-}
+std::vector<std::string> autotune_entries() { return sm90::flatten_entries(sm90::autotune_entries()); }
 
 }  // namespace
 

@@ -9,6 +9,13 @@
 
 #include <dlfcn.h>
 
+#ifdef FP8EXT_WITH_CUDA
+#include <cuda_runtime_api.h>
+#ifndef USE_CUDA
+#define USE_CUDA  // shim.h declares its CUDA stream accessors only under it
+#endif
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#endif
 #include <torch/csrc/stable/library.h>
 
 namespace fp8ext {
@@ -55,5 +62,14 @@ void call_aten(const char* op, const char* overload, std::array<StableIValue, N>
 inline void warn(const std::string& message) {
   aoti_torch_warn("fp8ext", __FILE__, static_cast<uint32_t>(__LINE__), message.c_str());
 }
+
+#ifdef FP8EXT_WITH_CUDA
+// The stream torch's CUDA work on `device` currently goes to (torch.cuda.current_stream), where kernels launch.
+inline cudaStream_t current_cuda_stream(int device) {
+  void* stream = nullptr;
+  FP8EXT_SHIM_CHECK(aoti_torch_get_current_cuda_stream(device, &stream));
+  return static_cast<cudaStream_t>(stream);
+}
+#endif
 
 }  // namespace fp8ext

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 namespace fp8ext::sm90 {
 
@@ -32,5 +33,16 @@ CacheRead read_cache(const std::string& path);
 // file, so a reader sees the old file or the new one, never part of one. A file that is not a readable cache is
 // replaced (its loader has already warned about it). Returns "" or what failed.
 std::string write_cache(const std::string& path, const CacheEntries& choices);
+
+// (bucket, kernel) pairs as the introspection ops hand them to Python, one str[]: [bucket0, kernel0, bucket1, ...].
+template <typename Pairs>
+std::vector<std::string> flatten_entries(const Pairs& entries) {
+  std::vector<std::string> flat;
+  for (const auto& [bucket, kernel] : entries) {
+    flat.push_back(bucket);
+    flat.push_back(kernel);
+  }
+  return flat;
+}
 
 }  // namespace fp8ext::sm90
