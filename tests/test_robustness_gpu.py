@@ -267,10 +267,21 @@ def tensorwise_operands(M=64, N=256, K=256):
 
 def test_tensorwise_out_of_memory_propagates(plant):
     # Before, every error was caught and the call recomputed on fp8ext's kernels. The stable ABI carries no
-    # exception types, so it is a RuntimeError told by torch's message (docs/design.md, "One wheel").
+    # exception types; the autograd guard gives torch's out-of-memory error its type back (docs/design.md,
+    # "One wheel").
     plant("tensorwise=oom")
-    with pytest.raises(RuntimeError, match=r"CUDA out of memory \(planted by fp8ext._testing_fault\)"):
+    with pytest.raises(torch.OutOfMemoryError, match=r"CUDA out of memory \(planted by fp8ext._testing_fault\)"):
         fp8ext.scaled_mm(*tensorwise_operands())
+    with torch.no_grad(), pytest.raises(torch.OutOfMemoryError, match="planted by fp8ext._testing_fault"):
+        torch.ops.fp8ext.scaled_mm(*tensorwise_operands())
+
+
+def test_tensorwise_out_of_memory_under_inference_mode_is_a_runtime_error(plant):
+    # inference_mode skips the Autograd key, hence the guard: the error keeps torch's message but not its type.
+    plant("tensorwise=oom")
+    with torch.inference_mode(), pytest.raises(RuntimeError, match="CUDA out of memory \\(planted") as info:
+        fp8ext.scaled_mm(*tensorwise_operands())
+    assert type(info.value) is RuntimeError
 
 
 def test_tensorwise_cuda_error_propagates(plant):

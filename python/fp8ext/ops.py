@@ -93,16 +93,27 @@ def _refuse_grad(op: str, names: tuple[str, ...], args: tuple) -> None:
                                f"Call it under torch.no_grad() or torch.inference_mode(), or pass {name}.detach()")
 
 
+_OOM_PREFIX = "CUDA out of memory"  # how torch's caching allocator words it (c10/cuda/CUDACachingAllocator.cpp)
+
+
 def _register_autograd_guard(name: str, tensor_args: tuple[str, ...]) -> None:
     overload = getattr(torch.ops.fp8ext, name).default
     public = f"fp8ext.{name}"
 
     # No _AutoDispatchBelowAutograd around the redispatch: it would cost more than it saves. The inputs do not
     # require grad here, so the aten ops the C++ backends call record nothing either way.
+    # The stable ABI carries no exception types: torch's out-of-memory error raised inside the op comes back as a
+    # plain RuntimeError with torch's message, and gets its type back here. The try costs nothing when nothing is
+    # raised. Under torch.inference_mode() this kernel does not run and the RuntimeError stays (docs/design.md).
     def guard(keyset, *args):
         if torch.is_grad_enabled():
             _refuse_grad(public, tensor_args, args)
-        return overload.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+        try:
+            return overload.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+        except RuntimeError as e:
+            if type(e) is RuntimeError and str(e).startswith(_OOM_PREFIX):
+                raise torch.OutOfMemoryError(str(e)) from None
+            raise
 
     _IMPL.impl(name, guard, "Autograd", with_keyset=True)
 
