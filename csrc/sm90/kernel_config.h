@@ -58,14 +58,19 @@ struct KernelTraits {
   bool overlap;   // precise accumulation through overlap_promotion_mainloop.cuh
 };
 
-template <int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Schedule Sched, Accum Acc, OutType Out,
-          bool SwapAB, InType InA = InType::kE4M3, int PromotionInterval = 4, bool OverlapPromotion = false>
-struct KernelConfig {
+// The CTA tile and the cluster, in the MMA's frame: the part of a kernel's config that both families have.
+template <int TileM, int TileN, int TileK, int ClusterM, int ClusterN>
+struct TileAndCluster {
   static constexpr int kTileM = TileM;
   static constexpr int kTileN = TileN;
   static constexpr int kTileK = TileK;
   static constexpr int kClusterM = ClusterM;
   static constexpr int kClusterN = ClusterN;
+};
+
+template <int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Schedule Sched, Accum Acc, OutType Out,
+          bool SwapAB, InType InA = InType::kE4M3, int PromotionInterval = 4, bool OverlapPromotion = false>
+struct KernelConfig : TileAndCluster<TileM, TileN, TileK, ClusterM, ClusterN> {
   static constexpr Schedule kSchedule = Sched;
   static constexpr Accum kAccum = Acc;
   static constexpr OutType kOut = Out;

@@ -24,6 +24,8 @@
 #include <cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp>
 #include <cutlass/functional.h>
 
+#include "sm90/cutlass_common.cuh"
+
 namespace fp8ext::sm90 {
 
 template <class TileShape, class ElementOut, bool SwapAB>
@@ -37,13 +39,7 @@ struct RowwiseEpilogue {
   // One value per column of D, or one value for all columns (dRow = {..., false, ...}).
   using ColScale = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, float, float,
                                                                 cute::Stride<cute::_0, bool, cute::_0>>;
-  // bias[j] runs along the user's N: D's columns normally, D's rows when swapped.
-  using Bias = cute::conditional_t<
-      SwapAB,
-      cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, ElementBias, float,
-                                                  cute::Stride<cute::_1, cute::_0, cute::_0>>,
-      cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementBias, float,
-                                                  cute::Stride<cute::_0, cute::_1, cute::_0>>>;
+  using Bias = BiasBroadcast<TileShape, ElementBias, SwapAB>;  // bias[j], along the user's N
 
   using Acc = cutlass::epilogue::fusion::Sm90AccFetch;
   using Scale = cutlass::epilogue::fusion::Sm90EVT<

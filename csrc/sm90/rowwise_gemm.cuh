@@ -20,6 +20,7 @@
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <cutlass/gemm/kernel/tile_scheduler.hpp>
 
+#include "sm90/cutlass_common.cuh"
 #include "sm90/gemm_params.h"
 #include "sm90/kernel_config.h"
 #include "sm90/kernel_registry.h"
@@ -27,11 +28,6 @@
 #include "sm90/rowwise_epilogue.cuh"
 
 namespace fp8ext::sm90 {
-
-template <OutType O> struct OutElement;
-template <> struct OutElement<OutType::kBF16> { using type = cutlass::bfloat16_t; };
-template <> struct OutElement<OutType::kFP16> { using type = cutlass::half_t; };
-template <> struct OutElement<OutType::kFP32> { using type = float; };
 
 template <InType I> struct InElement;
 template <> struct InElement<InType::kE4M3> { using type = cutlass::float_e4m3_t; };
@@ -158,26 +154,7 @@ size_t workspace_size(const GemmParams& p) {
 template <class Config>
 LaunchResult launch(const GemmParams& p) {
   using G = RowwiseGemm<Config>;
-  auto args = G::arguments(p);
-  typename G::Gemm gemm;
-  cutlass::Status status = gemm.can_implement(args);
-  if (status != cutlass::Status::kSuccess) {
-    return {false, "can_implement", cutlass::cutlassGetStatusString(status)};
-  }
-  if (G::Gemm::get_workspace_size(args) > p.workspace_bytes) {
-    return {false, "workspace", "the workspace passed in is smaller than workspace_size()"};
-  }
-  status = gemm.initialize(args, p.workspace, p.stream);
-  if (status != cutlass::Status::kSuccess) {
-    return {false, "initialize", cutlass::cutlassGetStatusString(status)};
-  }
-  status = gemm.run(p.stream);
-  if (status != cutlass::Status::kSuccess) {
-    return {false, "run", cutlass::cutlassGetStatusString(status)};
-  }
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return {false, "launch", cudaGetErrorString(err)};
-  return {};
+  return run_gemm<typename G::Gemm>(G::arguments(p), p.workspace, p.workspace_bytes, p.stream);
 }
 
 }  // namespace fp8ext::sm90
