@@ -43,25 +43,39 @@ void check_alignment(const TensorMeta& t, const char* arg, int64_t ld) {
                    addr % 16, " bytes past a 16-byte boundary (storage_offset ", t.storage_offset(), ")");
 }
 
-// Returns true for row-wise (one value per row of the output), false for tensor-wise (a single value).
-bool check_scale(const TensorMeta& s, const char* arg, int64_t len, const char* len_name, bool is_a,
-                 const TensorMeta& a) {
+enum class ScaleKind { kTensor, kVector, kBlock };
+
+// scale_a: one value (tensor-wise), (M, 1) or (M,) (row-wise), or (M, G) with G = ceil(K / 128) >= 2 (block-wise
+// 1 x 128). scale_b: one value, (1, N) or (N,), or (G, H) with H = ceil(N / 128) (block-wise 128 x 128). The shapes
+// never coincide where they would mean different things: with a single K group (K <= 128) the block scales factor
+// out of the sum, and (M, 1) row-wise and (M, 1) block-wise are the same product (see check_scaled_mm_meta).
+ScaleKind check_scale(const TensorMeta& s, const char* arg, const ScaledMmProblem& p, bool is_a, const TensorMeta& a) {
   check_same_device(s, arg, a);
   FP8EXT_CHECK_ARG(s.scalar_type() == ScalarType::Float, arg, "expected dtype torch.float32, got ",
                    dtype_name(s.scalar_type()));
-  if (s.numel() == 1) return false;
+  if (s.numel() == 1) return ScaleKind::kTensor;
+  const int64_t len = is_a ? p.M : p.N;
+  const char* len_name = is_a ? "M" : "N";
+  const int64_t groups = (p.K + kBlockK - 1) / kBlockK;
+  const int64_t blocks_n = (p.N + kBlockN - 1) / kBlockN;
   // Row-wise: (len, 1) or (len,) for scale_a; (1, len) or (len,) for scale_b.
   const bool vector_1d = s.dim() == 1 && s.size(0) == len;
   const bool vector_2d = s.dim() == 2 && (is_a ? (s.size(0) == len && s.size(1) == 1)
                                                : (s.size(0) == 1 && s.size(1) == len));
-  FP8EXT_CHECK_ARG(vector_1d || vector_2d, arg, "expected one value (tensor-wise) or shape ",
-                   is_a ? "(M, 1) or (M,)" : "(1, N) or (N,)", " with ", len_name, " = ", len,
-                   " (row-wise), got shape ", shape_str(s.sizes()));
+  const bool block = s.dim() == 2 && (is_a ? (s.size(0) == p.M && s.size(1) == groups && groups >= 2)
+                                           : (s.size(0) == groups && s.size(1) == blocks_n));
+  if (block && !vector_2d) return ScaleKind::kBlock;  // block scales are read through their strides, any strides
+  FP8EXT_CHECK_ARG(vector_1d || vector_2d, arg, "expected one value (tensor-wise), shape ",
+                   is_a ? "(M, 1) or (M,)" : "(1, N) or (N,)", " with ", len_name, " = ", len, " (row-wise), or ",
+                   is_a ? str("(M, ceil(K / 128)) = (", p.M, ", ", groups, ") (block-wise, 1 x 128 groups)")
+                        : str("(ceil(K / 128), ceil(N / 128)) = (", groups, ", ", blocks_n,
+                              ") (block-wise, 128 x 128 blocks)"),
+                   ", got shape ", shape_str(s.sizes()));
   const int64_t stride = vector_1d ? s.stride(0) : s.stride(is_a ? 0 : 1);
   FP8EXT_CHECK_ARG(stride == 1, arg, "row-wise scales must be contiguous (stride 1 along ", len_name,
                    "), got strides ", shape_str(s.strides()),
                    "; expanded or strided views are not accepted, pass .contiguous()");
-  return true;
+  return ScaleKind::kVector;
 }
 
 }  // namespace
@@ -109,8 +123,26 @@ ScaledMmProblem check_scaled_mm_meta(const TensorMeta& a, const TensorMeta& b, c
     check_alignment(b, "b", b.stride(1));
   }
 
-  p.scale_a_per_row = check_scale(scale_a, "scale_a", p.M, "M", /*is_a=*/true, a);
-  p.scale_b_per_col = check_scale(scale_b, "scale_b", p.N, "N", /*is_a=*/false, a);
+  const ScaleKind kind_a = check_scale(scale_a, "scale_a", p, /*is_a=*/true, a);
+  const ScaleKind kind_b = check_scale(scale_b, "scale_b", p, /*is_a=*/false, a);
+  // Block-wise takes both scales block-wise; with one K group (K <= 128), scale_a's (M, 1) is its block form.
+  const int64_t groups = (p.K + kBlockK - 1) / kBlockK;
+  const bool a_block_form = kind_a == ScaleKind::kBlock || (groups == 1 && scale_a.dim() == 2 &&
+                                                            scale_a.size(0) == p.M && scale_a.size(1) == 1);
+  p.blockwise = kind_a == ScaleKind::kBlock || kind_b == ScaleKind::kBlock;
+  if (p.blockwise) {
+    FP8EXT_CHECK_ARG(a_block_form && kind_b == ScaleKind::kBlock, "scale_a, scale_b",
+                     "block-wise scaling needs both scales block-wise: scale_a of shape (M, ceil(K / 128)) = (", p.M,
+                     ", ", groups, ") and scale_b of shape (ceil(K / 128), ceil(N / 128)) = (", groups, ", ",
+                     (p.N + kBlockN - 1) / kBlockN, "), got ", shape_str(scale_a.sizes()), " and ",
+                     shape_str(scale_b.sizes()));
+    FP8EXT_CHECK_ARG(a.scalar_type() == ScalarType::Float8_e4m3fn && b.scalar_type() == ScalarType::Float8_e4m3fn,
+                     "a, b", "block-wise scaling takes torch.float8_e4m3fn operands only, got a ",
+                     dtype_name(a.scalar_type()), " and b ", dtype_name(b.scalar_type()));
+  } else {
+    p.scale_a_per_row = kind_a == ScaleKind::kVector;
+    p.scale_b_per_col = kind_b == ScaleKind::kVector;
+  }
 
   if (bias.has_value()) {
     const TensorMeta& t = *bias;

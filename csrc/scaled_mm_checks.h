@@ -13,11 +13,14 @@ namespace fp8ext {
 // What validation learned about a call, so the backends need not re-derive it.
 struct ScaledMmProblem {
   int64_t M = 0, N = 0, K = 0;
-  bool scale_a_per_row = false;  // false: scale_a is one value (tensor-wise)
-  bool scale_b_per_col = false;  // false: scale_b is one value (tensor-wise)
+  bool scale_a_per_row = false;  // false: scale_a is one value (tensor-wise), or block-wise
+  bool scale_b_per_col = false;  // false: scale_b is one value (tensor-wise), or block-wise
+  // Block-wise (DeepSeek-V3 style): scale_a (M, G) holds one value per 1 x 128 group of a row of a, scale_b (G, H)
+  // one per 128 x 128 block of b, with G = ceil(K / 128) and H = ceil(N / 128); any strides.
+  bool blockwise = false;
   ScalarType out_dtype = ScalarType::BFloat16;
 
-  bool tensorwise() const { return !scale_a_per_row && !scale_b_per_col; }
+  bool tensorwise() const { return !blockwise && !scale_a_per_row && !scale_b_per_col; }
 };
 
 // What validation reads of a tensor: a real one's (tensor_meta in scaled_mm.h), or the numbers the fake
@@ -44,6 +47,9 @@ struct TensorMeta {
   DeviceMeta device() const { return dev; }
   int64_t storage_offset() const { return offset; }
 };
+
+constexpr int64_t kBlockK = 128;  // K elements per block-wise scale group (a) and block (b)
+constexpr int64_t kBlockN = 128;  // N elements per block-wise scale block of b
 
 // Checks every argument against the contract in README.md ("The op") and throws (op_errors.h) naming the argument,
 // what was expected and what was given. Runs before anything is allocated or launched.

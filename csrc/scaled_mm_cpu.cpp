@@ -1,5 +1,5 @@
 // The float32 reference path: the CPU backend, and the fallback of the CUDA backend where no sm_90a kernel
-// applies. Written with aten ops only (PyTorch's stable ABI: torch/csrc/stable), so it runs on any device the
+// applies, for tensor-wise, row-wise and block-wise scales. Written with aten ops only (PyTorch's stable ABI: torch/csrc/stable), so it runs on any device the
 // inputs are on.
 #include <algorithm>
 #include <array>
@@ -33,6 +33,15 @@ Tensor narrowed(Tensor t, int64_t dim, int64_t start, int64_t length) { return s
 
 Tensor t2(const Tensor& t) { return st::transpose(t, 0, 1); }
 
+// Each column of t repeated `times` times in place: [R, C] -> [R, C * times] (aten::repeat_interleave.self_int).
+Tensor repeat_interleave_cols(const Tensor& t, int64_t times) {
+  std::array<StableIValue, 4> stack{st::detail::from(t), st::detail::from(times),
+                                    st::detail::from(std::optional<int64_t>(1)),
+                                    st::detail::from(std::optional<int64_t>())};
+  call_aten("aten::repeat_interleave", "self_int", stack);
+  return st::detail::to<Tensor>(stack[0]);
+}
+
 // K == 0 is a sum over nothing: zeros, plus bias when given.
 Tensor scaled_mm_empty_k(const Tensor& a, const std::optional<Tensor>& bias, const ScaledMmProblem& problem) {
   Tensor out = st::new_empty(a, {problem.M, problem.N}, problem.out_dtype);
@@ -44,12 +53,53 @@ Tensor scaled_mm_empty_k(const Tensor& a, const std::optional<Tensor>& bias, con
   return out;
 }
 
+// out = sum over K groups g of (a_g @ b_g) * scale_a[:, g] * scale_b[g, j / 128] (+ bias): one fp32 product per
+// group, scaled and then accumulated, as the block-scaled kernels' mainloop promotes once per group. Tiles of
+// whole 128-column blocks of b (the scale_b blocks they span, expanded to columns once per tile) and as many rows
+// as the budget holds: rows * K + K * cols + 3 * rows * cols + G * cols floats.
+Tensor scaled_mm_reference_blockwise(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                                     const std::optional<Tensor>& bias, const ScaledMmProblem& problem) {
+  const int64_t M = problem.M, N = problem.N, K = problem.K;
+  const int64_t groups = (K + kBlockK - 1) / kBlockK;
+  constexpr int64_t kBudget = kReferenceChunkBytes / static_cast<int64_t>(sizeof(float));
+  const int64_t cols = std::min(std::max<int64_t>(kBudget / 2 / (K + groups) / kBlockN, 1) * kBlockN, N);
+  const int64_t rows = std::clamp<int64_t>((kBudget - (K + groups) * cols) / (K + 3 * cols), 1, M);
+  Tensor out = st::new_empty(a, {M, N}, problem.out_dtype);
+  for (int64_t c0 = 0; c0 < N; c0 += cols) {
+    const int64_t nc = std::min(cols, N - c0);
+    const Tensor b_cols = t2(st::to(st::contiguous(t2(narrowed(b, 1, c0, nc))), ScalarType::Float));
+    // scale_b's blocks for these columns, one column per column of b: [G, nc].
+    const int64_t h0 = c0 / kBlockN, nh = (c0 + nc - 1) / kBlockN - h0 + 1;
+    const Tensor sb_cols = narrowed(repeat_interleave_cols(narrowed(scale_b, 1, h0, nh), kBlockN), 1, 0, nc);
+    const std::optional<Tensor> bias_cols =
+        bias.has_value() ? std::optional<Tensor>(st::to(narrowed(*bias, 0, c0, nc), ScalarType::Float)) : std::nullopt;
+    for (int64_t r0 = 0; r0 < M; r0 += rows) {
+      const int64_t nr = std::min(rows, M - r0);
+      const Tensor a_rows = st::to(st::contiguous(narrowed(a, 0, r0, nr)), ScalarType::Float);
+      const Tensor sa_rows = narrowed(scale_a, 0, r0, nr);
+      Tensor acc = st::new_empty(a_rows, {nr, nc}, ScalarType::Float);
+      st::zero_(acc);
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t k0 = g * kBlockK, kg = std::min(kBlockK, K - k0);
+        Tensor part = st::matmul(narrowed(a_rows, 1, k0, kg), narrowed(b_cols, 0, k0, kg));
+        mul_(part, mul(narrowed(sa_rows, 1, g, 1), narrowed(sb_cols, 0, g, 1)));  // [nr, 1] x [1, nc]
+        acc = st::subtract(acc, part, -1.0);
+      }
+      if (bias_cols.has_value()) acc = st::subtract(acc, *bias_cols, -1.0);
+      Tensor tile = narrowed(narrowed(out, 0, r0, nr), 1, c0, nc);
+      st::copy_(tile, acc);  // the one rounding to out_dtype
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Tensor scaled_mm_reference(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                            const std::optional<Tensor>& bias, const ScaledMmProblem& problem) {
   if (problem.M == 0 || problem.N == 0) return st::new_empty(a, {problem.M, problem.N}, problem.out_dtype);
   if (problem.K == 0) return scaled_mm_empty_k(a, bias, problem);
+  if (problem.blockwise) return scaled_mm_reference_blockwise(a, b, scale_a, scale_b, bias, problem);
   const int64_t M = problem.M, N = problem.N, K = problem.K;
   // Tile sizes: columns of b first (their fp32 copy is shared by all of a's rows), half the budget at most, then
   // as many rows as the rest holds: rows * K + K * cols + 2 * rows * cols floats (a's rows, b's columns, the

@@ -32,6 +32,8 @@
 #include "scaled_mm.h"
 #include "sm90/autotune.h"
 #include "sm90/autotune_cache.h"
+#include "sm90/blockwise_dispatch.h"
+#include "sm90/blockwise_gemm.h"
 #include "sm90/dispatch.h"
 #include "sm90/gemm_params.h"
 #include "sm90/kernel_registry.h"
@@ -256,6 +258,11 @@ Tensor rowwise_via_torch(const Tensor& a, const Tensor& b, const Tensor& scale_a
 // synchronisation, and the capture would record every candidate).
 sm90::Selection chosen_kernel(const sm90::ProblemKey& key, const cudaDeviceProp& props, bool capturing, bool torch_ok,
                               std::string* untuned_bucket = nullptr) {
+  if (const sm90::BlockwiseKernelEntry* forced = sm90::forced_blockwise_kernel()) {
+    fail("fp8ext.scaled_mm: the forced kernel '", forced->name, "' takes block-wise scales and does not compute "
+         "this call (", sm90::describe(key), "); force a row-wise kernel, or make this call outside the "
+         "`with fp8ext.force_kernel(...):` block");
+  }
   if (const sm90::KernelChoice forced = sm90::forced_kernel()) {
     FP8EXT_CHECK(sm90::kernel_matches(*forced.kernel, key), "fp8ext.scaled_mm: the forced kernel '",
                 forced.kernel->name, "' does not compute this call (", sm90::describe(key),
@@ -321,6 +328,76 @@ Tensor run_sm90(const Tensor& a, const Tensor& b, const Tensor& scale_a, const T
   FP8EXT_CHECK(r.ok, "fp8ext.scaled_mm: CUTLASS kernel '", sm90::choice_name(choice), "' failed at ", r.stage, ": ",
               r.detail,
               " (M=", problem.M, ", N=", problem.N, ", K=", problem.K, ", lda=", p.lda, ", ldb=", p.ldb, ")");
+  return out;
+}
+
+// ---- Block-wise scales (sm90/blockwise_gemm.h) ----
+
+sm90::BlockwiseParams blockwise_params(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                                       const std::optional<Tensor>& bias, const ScaledMmProblem& problem,
+                                       const Tensor& out, int sm_count, cudaStream_t stream) {
+  sm90::BlockwiseParams p;
+  p.M = problem.M;
+  p.N = problem.N;
+  p.K = problem.K;
+  p.a = a.data_ptr();
+  p.lda = problem.M == 1 ? problem.K : a.stride(0);
+  p.b = b.data_ptr();
+  p.ldb = b.stride(1);
+  p.out = out.data_ptr();
+  p.ldo = problem.N;
+  // Validation admits any strides; scale_a may be (M, 1) (one K group), whose column stride is never used.
+  p.scale_a = static_cast<const float*>(scale_a.data_ptr());
+  p.sa_stride_m = scale_a.stride(0);
+  p.sa_stride_g = scale_a.stride(1);
+  p.scale_b = static_cast<const float*>(scale_b.data_ptr());
+  p.sb_stride_g = scale_b.stride(0);
+  p.sb_stride_n = scale_b.stride(1);
+  p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
+  p.device_id = a.get_device_index();
+  p.sm_count = sm_count;
+  p.stream = stream;
+  return p;
+}
+
+// A forced block-scaled kernel wins (a forced row-wise kernel cannot compute the call); else the dispatch's pick,
+// without the stream-K kernels inside CUDA-graph capture. The float32 reference path where no kernel was built.
+Tensor run_blockwise(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                     const std::optional<Tensor>& bias, const ScaledMmProblem& problem, const cudaDeviceProp& props) {
+  const sm90::OutType out_type = to_out_type(problem.out_dtype);
+  const cudaStream_t stream = current_cuda_stream(a.get_device_index());
+  FP8EXT_CHECK(!sm90::forced_kernel(), "fp8ext.scaled_mm: the forced kernel '",
+               sm90::choice_name(sm90::forced_kernel()), "' takes row-wise or tensor-wise scales and does not "
+               "compute this block-wise call; force a block-wise kernel (fp8ext.blockwise_kernel_names()), or make "
+               "this call outside the `with fp8ext.force_kernel(...):` block");
+  const sm90::BlockwiseKernelEntry* kernel = sm90::forced_blockwise_kernel();
+  if (kernel != nullptr) {
+    FP8EXT_CHECK(kernel->traits.out == out_type, "fp8ext.scaled_mm: the forced kernel '", kernel->name,
+                 "' writes ", sm90::to_string(kernel->traits.out), ", not the ", dtype_name(problem.out_dtype),
+                 " this call asks for");
+  } else {
+    kernel = sm90::select_blockwise_kernel(problem.M, problem.N, out_type, props.multiProcessorCount,
+                                           /*allow_workspace=*/!stream_is_capturing(stream));
+  }
+  if (kernel == nullptr) {
+    static std::once_flag once;
+    warn_once(once, str("fp8ext.scaled_mm: this build has no block-scaled sm_90a kernel writing ",
+                        dtype_name(problem.out_dtype), "; using the float32 reference path (correct, much slower)"));
+    return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
+  }
+  Tensor out = st::new_empty(a, {problem.M, problem.N}, problem.out_dtype);
+  sm90::BlockwiseParams p =
+      blockwise_params(a, b, scale_a, scale_b, bias, problem, out, props.multiProcessorCount, stream);
+  std::optional<Tensor> workspace;  // stream-K's partial sums, from the caching allocator
+  p.workspace_bytes = kernel->workspace_size(p);
+  if (p.workspace_bytes > 0) {
+    workspace = st::new_empty(a, {static_cast<int64_t>(p.workspace_bytes)}, ScalarType::Byte);
+    p.workspace = workspace->data_ptr();
+  }
+  const sm90::LaunchResult r = kernel->launch(p);
+  FP8EXT_CHECK(r.ok, "fp8ext.scaled_mm: CUTLASS kernel '", kernel->name, "' failed at ", r.stage, ": ", r.detail,
+               " (M=", problem.M, ", N=", problem.N, ", K=", problem.K, ", lda=", p.lda, ", ldb=", p.ldb,
+               ", block-wise scales)");
   return out;
 }
 
@@ -400,6 +477,7 @@ Tensor scaled_mm_cuda(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, std::o
 
   const cudaDeviceProp& props = device_properties(device);
   const int cc = routing_cc(props);
+  if (problem.blockwise && cc == 90) return run_blockwise(a, b, scale_a, scale_b, bias, problem, props);
   if (problem.tensorwise() && cc >= 89) {
     try {
       throw_planted_tensorwise_fault();
@@ -422,8 +500,8 @@ Tensor scaled_mm_cuda(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, std::o
     // Once per process, so that a slow program on such a GPU says why.
     static std::once_flag once;
     warn_once(once, str("fp8ext.scaled_mm: this GPU (", props.name, ", compute capability ", cc / 10, ".", cc % 10,
-                        ") has no fp8ext kernels, which need compute capability 9.0 (sm_90a); row-wise calls, and "
-                        "tensor-wise calls that torch._scaled_mm cannot take, run on the float32 reference path: "
+                        ") has no fp8ext kernels, which need compute capability 9.0 (sm_90a); row-wise and "
+                        "block-wise calls, and tensor-wise calls that torch._scaled_mm cannot take, run on the float32 reference path: "
                         "correct, much slower"));
     return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
   }
@@ -442,13 +520,34 @@ std::vector<std::string> kernel_names() {
 }
 
 // The forced kernel's written form ("" when none), so that fp8ext.force_kernel can restore an outer block's.
-std::string current_forced_kernel() { return sm90::choice_name(sm90::forced_kernel()); }
+std::string current_forced_kernel() {
+  if (const sm90::BlockwiseKernelEntry* blockwise = sm90::forced_blockwise_kernel()) return blockwise->name;
+  return sm90::choice_name(sm90::forced_kernel());
+}
+
+std::vector<std::string> blockwise_kernel_names() {
+  std::vector<std::string> names;
+  for (const auto& k : sm90::all_blockwise_kernels()) names.emplace_back(k.name);
+  return names;
+}
+
+// The block-scaled kernel the dispatch runs for (M, N, out_dtype) on this device ("" if none), or inside capture.
+std::string selected_blockwise_kernel(int64_t M, int64_t N, ScalarType out_dtype, bool capturing) {
+  if (const sm90::BlockwiseKernelEntry* forced = sm90::forced_blockwise_kernel()) return forced->name;
+  const cudaDeviceProp& props = device_properties(current_device());
+  const sm90::BlockwiseKernelEntry* k =
+      sm90::select_blockwise_kernel(M, N, to_out_type(out_dtype), props.multiProcessorCount, !capturing);
+  return k != nullptr ? k->name : "";
+}
 
 // `name` is a kernel's name, optionally with scheduler options ("...@N4", dispatch.h); "" clears it.
 // Process-wide: every thread's calls see it (python/fp8ext/ops.py, force_kernel).
 void force_kernel(std::string name) {
-  if (name.empty()) {
-    sm90::set_forced_kernel({});
+  sm90::set_forced_kernel({});
+  sm90::set_forced_blockwise_kernel(nullptr);
+  if (name.empty()) return;
+  if (const sm90::BlockwiseKernelEntry* blockwise = sm90::find_blockwise_kernel(name)) {
+    sm90::set_forced_blockwise_kernel(blockwise);
     return;
   }
   std::string error;
@@ -596,6 +695,8 @@ STABLE_TORCH_LIBRARY_FRAGMENT(fp8ext, m) {
   m.def("_set_software_key(str key) -> ()");
   m.def("_autotune_configure(bool enabled, str cache_file, str[] buckets, str[] kernels) -> ()");
   m.def("_autotune_entries() -> str[]");
+  m.def("_blockwise_kernel_names() -> str[]");
+  m.def("_selected_blockwise_kernel(int M, int N, ScalarType out_dtype, bool capturing=False) -> str");
 }
 
 // They take no tensors: CompositeExplicitAutograd serves every call.
@@ -614,6 +715,8 @@ STABLE_TORCH_LIBRARY_IMPL(fp8ext, CompositeExplicitAutograd, m) {
   m.impl("_set_software_key", TORCH_BOX(&set_software_key));
   m.impl("_autotune_configure", TORCH_BOX(&autotune_configure));
   m.impl("_autotune_entries", TORCH_BOX(&autotune_entries));
+  m.impl("_blockwise_kernel_names", TORCH_BOX(&blockwise_kernel_names));
+  m.impl("_selected_blockwise_kernel", TORCH_BOX(&selected_blockwise_kernel));
 }
 
 }  // namespace fp8ext

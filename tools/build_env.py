@@ -124,14 +124,17 @@ def find_cutlass() -> tuple[Path, str]:
 
 
 def kernel_sources() -> list[Path]:
-    all_kernels = sorted((CSRC / "sm90" / "kernels").glob("*.cu"))
+    """The kernel files to build: csrc/sm90/kernels (row-wise) and csrc/sm90/blockwise_kernels (block-scaled),
+    or those whose names match FP8EXT_KERNELS."""
+    all_kernels = sorted((CSRC / "sm90" / "kernels").glob("*.cu")) + sorted(
+        (CSRC / "sm90" / "blockwise_kernels").glob("*.cu"))
     wanted = os.environ.get("FP8EXT_KERNELS", "").strip()
     if not wanted:
         return all_kernels
     patterns = [p.strip() for p in wanted.split(",") if p.strip()]
     chosen = [k for k in all_kernels if any(fnmatch.fnmatch(k.stem, p) for p in patterns)]
     if not chosen:
-        raise BuildError(f"FP8EXT_KERNELS={wanted!r} matches no kernel in csrc/sm90/kernels")
+        raise BuildError(f"FP8EXT_KERNELS={wanted!r} matches no kernel in csrc/sm90/kernels or blockwise_kernels")
     return chosen
 
 
@@ -144,7 +147,8 @@ def sources(with_cuda: bool) -> list[Path]:
     if with_cuda:
         srcs += [CSRC / "quantize_rowwise_cuda.cpp", CSRC / "quantize_rowwise.cu"]
         srcs += [CSRC / "scaled_mm_cuda.cpp", CSRC / "sm90" / "kernel_registry.cpp", CSRC / "sm90" / "dispatch.cpp",
-                 CSRC / "sm90" / "cost_model.cpp", CSRC / "sm90" / "autotune.cpp"]
+                 CSRC / "sm90" / "cost_model.cpp", CSRC / "sm90" / "autotune.cpp",
+                 CSRC / "sm90" / "blockwise_registry.cpp", CSRC / "sm90" / "blockwise_dispatch.cpp"]
         # The hand-written decode kernels: every gemv_*.cu, the files generate_kernels.decode_kernel_names() reads.
         srcs += sorted((CSRC / "sm90").glob("gemv_*.cu"))
         srcs += kernel_sources()
