@@ -148,18 +148,44 @@ CASES = [
          P + "scale_b: expected dtype torch.float32, got torch.float64"),
     Case("scale_a_wrong_len", "scale_a has the wrong number of rows",
          _with(scale_a=lambda d, a: torch.ones(M + 1, 1, device=d)),
-         P + "scale_a: expected one value (tensor-wise) or shape (M, 1) or (M,) with M = 32 (row-wise), "
+         P + "scale_a: expected one value (tensor-wise), shape (M, 1) or (M,) with M = 32 (row-wise), or "
+             "(M, ceil(K / 128)) = (32, 1) (block-wise, 1 x 128 groups), "
              "got shape [33, 1]"),
     Case("scale_a_transposed", "scale_a given as (1, M)", _with(scale_a=lambda d, a: torch.ones(1, M, device=d)),
-         P + "scale_a: expected one value (tensor-wise) or shape (M, 1) or (M,) with M = 32 (row-wise), "
+         P + "scale_a: expected one value (tensor-wise), shape (M, 1) or (M,) with M = 32 (row-wise), or "
+             "(M, ceil(K / 128)) = (32, 1) (block-wise, 1 x 128 groups), "
              "got shape [1, 32]"),
     Case("scale_b_transposed", "scale_b given as (N, 1)", _with(scale_b=lambda d, a: torch.ones(N, 1, device=d)),
-         P + "scale_b: expected one value (tensor-wise) or shape (1, N) or (N,) with N = 48 (row-wise), "
+         P + "scale_b: expected one value (tensor-wise), shape (1, N) or (N,) with N = 48 (row-wise), or "
+             "(ceil(K / 128), ceil(N / 128)) = (1, 1) (block-wise, 128 x 128 blocks), "
              "got shape [48, 1]"),
     Case("scale_b_2d_full", "scale_b given as a full (M, N) matrix",
          _with(scale_b=lambda d, a: torch.ones(M, N, device=d)),
-         P + "scale_b: expected one value (tensor-wise) or shape (1, N) or (N,) with N = 48 (row-wise), "
+         P + "scale_b: expected one value (tensor-wise), shape (1, N) or (N,) with N = 48 (row-wise), or "
+             "(ceil(K / 128), ceil(N / 128)) = (1, 1) (block-wise, 128 x 128 blocks), "
              "got shape [32, 48]"),
+    Case("blockwise_a_rowwise_b", "block-wise scale_a with a row-wise scale_b (K = 256)",
+         _with(a=lambda d, a: fp8(M, 4 * K, device=d), b=lambda d, a: fp8(N, 4 * K, device=d).t(),
+               scale_a=lambda d, a: torch.ones(2, M, device=d).t()),
+         P + "scale_a, scale_b: block-wise scaling needs both scales block-wise: scale_a of shape "
+             "(M, ceil(K / 128)) = (32, 2) and scale_b of shape (ceil(K / 128), ceil(N / 128)) = (2, 1), "
+             "got [32, 2] and [1, 48]"),
+    Case("blockwise_b_tensorwise_a", "block-wise scale_b with a tensor-wise scale_a (K = 256)",
+         _with(a=lambda d, a: fp8(M, 4 * K, device=d), b=lambda d, a: fp8(N, 4 * K, device=d).t(),
+               scale_a=lambda d, a: torch.ones(1, device=d), scale_b=lambda d, a: torch.ones(1, 2, device=d).t()),
+         P + "scale_a, scale_b: block-wise scaling needs both scales block-wise: scale_a of shape "
+             "(M, ceil(K / 128)) = (32, 2) and scale_b of shape (ceil(K / 128), ceil(N / 128)) = (2, 1), "
+             "got [1] and [2, 1]"),
+    Case("blockwise_e5m2", "block-wise scales with an e5m2 a (K = 256)",
+         _with(a=lambda d, a: fp8(M, 4 * K, E5M2, device=d), b=lambda d, a: fp8(N, 4 * K, device=d).t(),
+               scale_a=lambda d, a: torch.ones(2, M, device=d).t(), scale_b=lambda d, a: torch.ones(1, 2, device=d).t()),
+         P + "a, b: block-wise scaling takes torch.float8_e4m3fn operands only, got a torch.float8_e5m2 and b "
+             "torch.float8_e4m3fn"),
+    Case("blockwise_a_wrong_groups", "scale_a with 3 groups where K = 256 has 2",
+         _with(a=lambda d, a: fp8(M, 4 * K, device=d), b=lambda d, a: fp8(N, 4 * K, device=d).t(),
+               scale_a=lambda d, a: torch.ones(3, M, device=d).t(), scale_b=lambda d, a: torch.ones(1, 2, device=d).t()),
+         P + "scale_a: expected one value (tensor-wise), shape (M, 1) or (M,) with M = 32 (row-wise), or "
+             "(M, ceil(K / 128)) = (32, 2) (block-wise, 1 x 128 groups), got shape [32, 3]"),
     Case("scale_a_strided", "scale_a is a strided view",
          _with(scale_a=lambda d, a: torch.ones(M, 2, device=d)[:, :1]),
          P + "scale_a: row-wise scales must be contiguous (stride 1 along M), got strides [2, 1]; expanded or "

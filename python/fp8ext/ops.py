@@ -27,12 +27,17 @@ def scaled_mm(
     Args:
         a: ``[M, K]`` float8_e4m3fn (or e5m2), row-major; a padded leading dimension (a view ``x[:, :K]``) is fine.
         b: ``[K, N]`` float8_e4m3fn, column-major: ``w.t()`` of a row-major weight ``w`` of shape ``[N, K]``.
-        scale_a: float32, ``(M, 1)`` or ``(M,)`` for one scale per row of ``a``, or one element (tensor-wise).
-        scale_b: float32, ``(1, N)`` or ``(N,)`` for one scale per column of ``b``, or one element.
+        scale_a: float32, ``(M, 1)`` or ``(M,)`` for one scale per row of ``a``, or one element (tensor-wise);
+            or ``(M, ceil(K / 128))`` for one scale per 1 x 128 group of a row (block-wise, any strides; torch's
+            layout is ``(1, M)``, as ``quantize_blockwise`` returns it).
+        scale_b: float32, ``(1, N)`` or ``(N,)`` for one scale per column of ``b``, or one element; or
+            ``(ceil(K / 128), ceil(N / 128))`` for one scale per 128 x 128 block of ``b`` (block-wise, with
+            block-wise scale_a; a weight's ``[N / 128, K / 128]`` scales passed as ``s.t()``, as ``b = w.t()``).
         bias: optional ``[N]`` tensor of dtype ``out_dtype``, added after scaling.
         out_dtype: ``torch.bfloat16`` (default), ``torch.float16`` or ``torch.float32``.
         use_fast_accum: as in ``torch._scaled_mm``; False promotes partial sums to fp32 every 128 (some large-M
-            kernels: 256) of K.
+            kernels: 256) of K. Block-wise calls always promote and scale once per 128 of K; there it changes
+            nothing.
 
     Returns:
         A new contiguous ``[M, N]`` tensor of ``out_dtype`` on ``a``'s device.
@@ -126,6 +131,22 @@ def _has_cuda_kernels() -> bool:
     return hasattr(torch.ops.fp8ext, "_kernel_names")
 
 
+def blockwise_kernel_names() -> list[str]:
+    """Names of the block-scaled sm_90a kernels compiled into this build (csrc/sm90/blockwise_kernels; empty for
+    a CPU-only build). ``force_kernel`` takes them too."""
+    return list(torch.ops.fp8ext._blockwise_kernel_names()) if _has_cuda_kernels() else []
+
+
+def selected_blockwise_kernel(M: int, N: int, out_dtype: torch.dtype = torch.bfloat16,
+                              capturing: bool = False) -> Optional[str]:
+    """What a block-wise call with this M and N runs on this GPU (a forced block-scaled kernel, else the one
+    csrc/sm90/blockwise_dispatch.h predicts fastest; inside CUDA-graph capture never a stream-K one). None if
+    no block-scaled kernel of this build writes ``out_dtype``."""
+    if not _has_cuda_kernels():
+        return None
+    return torch.ops.fp8ext._selected_blockwise_kernel(M, N, out_dtype, capturing) or None
+
+
 def kernel_names() -> list[str]:
     """Names of the sm_90a kernels compiled into this build (empty for a CPU-only build)."""
     return list(torch.ops.fp8ext._kernel_names()) if _has_cuda_kernels() else []
@@ -194,7 +215,9 @@ def kernel_traits(name: str) -> dict:
 @contextlib.contextmanager
 def force_kernel(name: Optional[str]) -> Iterator[None]:
     """Run every row-wise sm_90 call in the block with the named kernel (for tests, tuning and debugging). The
-    kernel must compute the call's out dtype and accumulation mode, or the call raises.
+    kernel must compute the call's out dtype and accumulation mode, or the call raises. A block-scaled kernel's
+    name (``blockwise_kernel_names()``) forces block-wise calls instead; calls with the other kind of scales then
+    raise.
 
     It is a context manager: ``with fp8ext.force_kernel(name):``; calling it without ``with`` does nothing.
     Blocks nest: an inner block (``None`` clears the forcing inside it) gives the outer block's kernel back when it

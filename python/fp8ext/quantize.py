@@ -49,6 +49,57 @@ def quantize_rowwise(x: torch.Tensor, dtype: torch.dtype = E4M3,
     return torch.ops.fp8ext.quantize_rowwise(x, dtype, scale_ub)
 
 
+_FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
+BLOCK = 128  # K elements per block-wise scale group, and N elements per weight block
+
+
+def quantize_blockwise(x: torch.Tensor, block: tuple[int, int] = (1, 128),
+                       dtype: torch.dtype = E4M3) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize ``x [R, C]`` to FP8 with one float32 scale per ``block`` of it: ``(x_fp8, scale)``, the block-wise
+    recipe of DeepSeek-V3 and of the Qwen3 ``-FP8`` checkpoints. For each block, in float32::
+
+        amax  = max(max(|x|) over the block, 1e-12)   # an all-zero block gets a finite scale
+        scale = amax / FP8_MAX                          # 448 for float8_e4m3fn
+        x_fp8 = fp8(clamp(x * (FP8_MAX / amax), -FP8_MAX, FP8_MAX))   # round to nearest even
+
+    ``block=(1, 128)``: activations ``[M, K]``, one scale per 1 x 128 group of a row. ``scale`` is
+    ``[M, ceil(K / 128)]`` in torch's layout (strides ``(1, M)``), what ``fp8ext.scaled_mm`` and
+    ``torch._scaled_mm`` take as ``scale_a``.
+
+    ``block=(128, 128)``: a weight ``[N, K]``, one scale per 128 x 128 block. ``scale`` is
+    ``[ceil(N / 128), ceil(K / 128)]``, contiguous (the layout of DeepSeek's ``weight_scale_inv``); pass
+    ``b = x_fp8.t()`` and ``scale_b = scale.t()``.
+
+    A partial last group or block (K or N not a multiple of 128) is scaled by its own values. Composed of torch
+    ops: runs on any device, under ``torch.compile`` and in CUDA graphs, with no host sync.
+    """
+    if block not in ((1, BLOCK), (BLOCK, BLOCK)):
+        raise ValueError(f"fp8ext.quantize_blockwise: block must be (1, 128) (activations) or (128, 128) "
+                         f"(weights), got {block!r}")
+    if dtype not in _FP8_MAX:
+        raise ValueError(f"fp8ext.quantize_blockwise: dtype must be torch.float8_e4m3fn or torch.float8_e5m2, "
+                         f"got {dtype}")
+    if x.dim() != 2:
+        raise ValueError(f"fp8ext.quantize_blockwise: expected a 2-D tensor [R, C], got shape {list(x.shape)}")
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"fp8ext.quantize_blockwise: expected a bfloat16, float16 or float32 tensor, got {x.dtype}")
+    fp8_max = _FP8_MAX[dtype]
+    rows, cols = x.shape
+    br, bc = block
+    groups_r, groups_c = -(-rows // br), -(-cols // bc)
+    # Zero padding to whole blocks changes no block's amax.
+    xp = torch.nn.functional.pad(x.float(), (0, groups_c * bc - cols, 0, groups_r * br - rows))
+    blocks = xp.view(groups_r, br, groups_c, bc)
+    amax = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12)  # [groups_r, groups_c]
+    inv = torch.full_like(amax, fp8_max) / amax  # a true float32 division, as quantize_rowwise computes it
+    q = (blocks * inv[:, None, :, None]).clamp(-fp8_max, fp8_max).to(dtype)
+    q = q.view(groups_r * br, groups_c * bc)[:rows, :cols].contiguous()
+    scale = amax / fp8_max
+    if br == 1:
+        scale = scale.t().contiguous().t()  # [M, G] with strides (1, M), torch's layout for scale_a
+    return q, scale
+
+
 @torch.library.register_fake("fp8ext::quantize_rowwise")
 def _quantize_rowwise_fake(x, dtype=None, scale_ub=None):
     # The C++ validation on the traced tensor's metadata, so that tracing raises the eager messages.

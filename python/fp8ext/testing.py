@@ -56,6 +56,38 @@ def quantize_rowwise(x: torch.Tensor, dtype=torch.float8_e4m3fn):
     return q, scale
 
 
+def random_blockwise_operands(M: int, N: int, K: int, device="cpu", generator=None):
+    """A fresh block-wise problem: a [M, K], b = w.t() [K, N], scale_a [M, ceil(K/128)] with strides (1, M) and
+    scale_b [ceil(K/128), ceil(N/128)] with strides (1, ceil(K/128)) (torch's layouts), as fp8ext.scaled_mm and
+    torch._scaled_mm take them."""
+    G, H = -(-K // 128), -(-N // 128)
+    a = random_fp8(M, K, device=device, generator=generator)
+    b = random_fp8(N, K, device=device, generator=generator).t()
+    sa = random_scales(M * G, device=device, generator=generator, shape=(G, M)).t()
+    sb = random_scales(H * G, device=device, generator=generator, shape=(H, G)).t()
+    return a, b, sa, sb
+
+
+def is_blockwise(a, b, scale_a, scale_b) -> bool:
+    """Whether fp8ext.scaled_mm reads these scales block-wise (csrc/scaled_mm_checks.cpp): scale_b of shape
+    (ceil(K/128), ceil(N/128)) with more than one value, or scale_a of shape (M, ceil(K/128)) with K > 128."""
+    M, K = a.shape
+    N = b.shape[1]
+    G, H = -(-K // 128), -(-N // 128)
+    b_block = scale_b.dim() == 2 and tuple(scale_b.shape) == (G, H) and scale_b.numel() > 1 \
+        and tuple(scale_b.shape) != (1, N)
+    a_block = scale_a.dim() == 2 and tuple(scale_a.shape) == (M, G) and G >= 2
+    return a_block or b_block
+
+
+def _block_scaled(a, b, scale_a, scale_b):
+    """a and b in float64 with each element times its block's scale (block-wise scales)."""
+    K, N = b.shape
+    sa = scale_a.double().repeat_interleave(128, dim=1)[:, :K]
+    sb = scale_b.double().repeat_interleave(128, dim=0)[:K].repeat_interleave(128, dim=1)[:, :N]
+    return a.double() * sa, b.double() * sb
+
+
 def _scale_view(s: torch.Tensor, n: int, rows: bool) -> torch.Tensor:
     if s.numel() == 1:
         return s.reshape(())
@@ -81,10 +113,15 @@ def kernel_max_m(name: str) -> Optional[int]:
 
 
 def reference(a, b, scale_a, scale_b, bias=None) -> torch.Tensor:
-    """float64 scale_a * scale_b * (a @ b) (+ bias), on the inputs' device."""
-    acc = a.double() @ b.double()
-    M, N = acc.shape
-    out = acc * _scale_view(scale_a.double(), M, True) * _scale_view(scale_b.double(), N, False)
+    """float64 scale_a * scale_b * (a @ b) (+ bias), on the inputs' device; block-wise scales multiply their
+    blocks."""
+    if is_blockwise(a, b, scale_a, scale_b):
+        a_s, b_s = _block_scaled(a, b, scale_a, scale_b)
+        out = a_s @ b_s
+    else:
+        acc = a.double() @ b.double()
+        M, N = acc.shape
+        out = acc * _scale_view(scale_a.double(), M, True) * _scale_view(scale_b.double(), N, False)
     if bias is not None:
         out = out + bias.double()
     return out
@@ -97,6 +134,12 @@ def error_bound(a, b, scale_a, scale_b, out_dtype: torch.dtype, use_fast_accum: 
         ref = reference(a, b, scale_a, scale_b)
     M, N = ref.shape
     K = a.shape[1]
+    if is_blockwise(a, b, scale_a, scale_b):
+        # The block-scaled mainloop promotes into fp32 (and scales) after every 128 of K: precise accumulation,
+        # whatever use_fast_accum says.
+        a_s, b_s = _block_scaled(a, b, scale_a, scale_b)
+        p = a_s.abs() @ b_s.abs()
+        return _ULP[out_dtype] * ref.abs() + 2.0**-10 * p + _TINY[out_dtype]
     p = (a.double().abs() @ b.double().abs()) * (_scale_view(scale_a.double(), M, True)
                                                   * _scale_view(scale_b.double(), N, False)).abs()
     # Fast: one reduced-precision rounding per 32-deep MMA k-step, and a partly filled step (K = 48: two steps)

@@ -1,0 +1,290 @@
+"""Block-wise scaled fp8ext.scaled_mm (1 x 128 groups of a, 128 x 128 blocks of b) and quantize_blockwise: the
+CPU reference path against float64, bit-exact small-integer cases, opcheck and torch.compile on CPU; on the GPU
+every block-scaled kernel by name, the default dispatch, CUDA graphs and torch._scaled_mm on the same tensors."""
+import math
+
+import pytest
+import torch
+
+import fp8ext
+from fp8ext.testing import check_against_reference, random_blockwise_operands, reference
+
+E4M3 = torch.float8_e4m3fn
+OPCHECK_UTILS = ("test_faketensor", "test_aot_dispatch_dynamic")
+
+
+def exact_blockwise_operands(M, N, K, device="cpu"):
+    """Small integers (|v| <= 4, exact in e4m3) and power-of-two scales: every product and partial sum is exact
+    in fp32, so an fp32 result must equal the float64 reference bit for bit."""
+    G, H = -(-K // 128), -(-N // 128)
+    a = torch.randint(-4, 5, (M, K), device=device).float().to(E4M3)
+    b = torch.randint(-4, 5, (N, K), device=device).float().to(E4M3).t()
+    sa = torch.exp2(torch.randint(-3, 3, (G, M), device=device).float()).t()
+    sb = torch.exp2(torch.randint(-3, 3, (H, G), device=device).float()).t()
+    return a, b, sa, sb
+
+
+# ---- CPU: the reference path, the scale layouts, quantize_blockwise ----
+
+@pytest.mark.parametrize("M,N,K", [(1, 128, 256), (5, 144, 208), (33, 256, 384), (64, 48, 1024), (17, 16, 128)])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_reference_path_matches_float64(M, N, K, out_dtype):
+    a, b, sa, sb = random_blockwise_operands(M, N, K)
+    bias = torch.randn(N).to(out_dtype)
+    out = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype)
+    assert out.shape == (M, N) and out.dtype == out_dtype
+    check_against_reference(out, a, b, sa, sb, bias, use_fast_accum=False, what=f"cpu blockwise {M}x{N}x{K}")
+
+
+def test_reference_path_bit_exact_small_integers():
+    a, b, sa, sb = exact_blockwise_operands(24, 272, 384)
+    out = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
+    assert torch.equal(out.double(), reference(a, b, sa, sb))
+
+
+def test_block_scales_differ_per_group_and_block():
+    # A scale change in one group of one row moves only that row, and in one block of b only its 128 columns.
+    a, b, sa, sb = exact_blockwise_operands(4, 256, 256)
+    base = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
+    sa2 = sa.clone()
+    sa2[2, 1] *= 2
+    moved = fp8ext.scaled_mm(a, b, sa2, sb, out_dtype=torch.float32) != base
+    assert not moved[[0, 1, 3]].any()
+    sb2 = sb.clone()
+    sb2[0, 1] *= 2
+    moved = fp8ext.scaled_mm(a, b, sa, sb2, out_dtype=torch.float32) != base
+    assert not moved[:, :128].any()
+    assert torch.equal(fp8ext.scaled_mm(a, b, sa2, sb2, out_dtype=torch.float32).double(),
+                       reference(a, b, sa2, sb2))
+
+
+def test_any_scale_strides_are_read_as_given():
+    # torch's layout (strides (1, M)) and a contiguous (M, G) copy hold the same values: same result.
+    a, b, sa, sb = random_blockwise_operands(8, 256, 512)
+    out = fp8ext.scaled_mm(a, b, sa, sb)
+    assert torch.equal(fp8ext.scaled_mm(a, b, sa.contiguous(), sb.contiguous()), out)
+
+
+def test_one_k_group_row_and_block_forms_agree():
+    # K <= 128: scale_a (M, 1) is both the row-wise and the block-wise form, and block scales factor out.
+    a, b, sa, sb = exact_blockwise_operands(8, 256, 128)
+    assert sa.shape == (8, 1) and sb.shape == (1, 2)
+    out = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
+    assert torch.equal(out.double(), reference(a, b, sa, sb))
+    sb = sb[:, :1].expand(1, 2).contiguous()  # one value for both blocks: then it is row-wise a x tensor-wise b
+    out = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
+    assert torch.equal(out, fp8ext.scaled_mm(a, b, sa, sb[:, :1].contiguous(), out_dtype=torch.float32))
+
+
+def test_empty_m():
+    a, b, sa, sb = random_blockwise_operands(0, 256, 256)
+    assert fp8ext.scaled_mm(a, b, sa, sb).shape == (0, 256)
+
+
+OPCHECK_SAMPLES = {
+    "bf16": (lambda: random_blockwise_operands(16, 256, 384), {}),
+    "bias_fp16": (lambda: random_blockwise_operands(8, 144, 256),
+                  {"bias": torch.randn(144).half(), "out_dtype": torch.float16}),
+    "m1_fp32": (lambda: random_blockwise_operands(1, 128, 208), {"out_dtype": torch.float32}),
+}
+
+
+@pytest.mark.parametrize("sample", list(OPCHECK_SAMPLES))
+def test_opcheck_cpu(sample):
+    make, kwargs = OPCHECK_SAMPLES[sample]
+    result = torch.library.opcheck(torch.ops.fp8ext.scaled_mm.default, make(), kwargs, test_utils=OPCHECK_UTILS)
+    assert all(v == "SUCCESS" for v in result.values()), result
+
+
+def test_compile_fullgraph_quantize_and_matmul_cpu():
+    x = torch.randn(16, 384)
+    w = torch.randn(256, 384)
+
+    def f(x, w):
+        xq, sx = fp8ext.quantize_blockwise(x)
+        wq, sw = fp8ext.quantize_blockwise(w, block=(128, 128))
+        return fp8ext.scaled_mm(xq, wq.t(), sx, sw.t())
+
+    eager = f(x, w)
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")(x, w)
+    assert torch.equal(eager, compiled)
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 128), (7, 200), (64, 1024), (130, 384)])
+def test_quantize_blockwise_activations(rows, cols):
+    x = torch.randn(rows, cols) * torch.exp2(torch.randint(-8, 8, (rows, 1)).float())
+    q, s = fp8ext.quantize_blockwise(x)
+    G = math.ceil(cols / 128)
+    assert q.dtype == E4M3 and q.shape == x.shape and q.is_contiguous()
+    assert s.dtype == torch.float32 and s.shape == (rows, G) and s.stride() == (1, rows)
+    for g in range(G):
+        blk = x[:, g * 128:(g + 1) * 128]
+        amax = blk.abs().amax(dim=1).clamp(min=1e-12)
+        assert torch.equal(s[:, g], amax / 448.0)
+        expect = (blk * (torch.full_like(amax, 448.0) / amax)[:, None]).clamp(-448, 448).to(E4M3)
+        assert torch.equal(q[:, g * 128:(g + 1) * 128].view(torch.uint8), expect.view(torch.uint8))
+    # Dequantized, each value is within e4m3's half-ulp (2^-4 relative) of its block's amax scale.
+    deq = q.float() * s.repeat_interleave(128, dim=1)[:, :cols]
+    assert ((deq - x).abs() <= 2.0**-4 * x.abs() + s.repeat_interleave(128, dim=1)[:, :cols] * 2.0**-9).all()
+
+
+@pytest.mark.parametrize("rows,cols", [(128, 128), (256, 384), (200, 208)])
+def test_quantize_blockwise_weights(rows, cols):
+    w = torch.randn(rows, cols)
+    w[:128, :128] = 0  # an all-zero block gets the eps scale and zeros
+    q, s = fp8ext.quantize_blockwise(w, block=(128, 128))
+    assert q.shape == w.shape and s.shape == (math.ceil(rows / 128), math.ceil(cols / 128)) and s.is_contiguous()
+    assert s[0, 0] == torch.tensor(1e-12) / 448.0 and not q[:128, :128].float().any()
+    for i in range(s.shape[0]):
+        for j in range(s.shape[1]):
+            blk = w[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128]
+            assert s[i, j] == blk.abs().amax().clamp(min=1e-12) / 448.0
+
+
+def test_quantize_blockwise_rejects():
+    with pytest.raises(ValueError, match=r"block must be \(1, 128\) \(activations\) or \(128, 128\)"):
+        fp8ext.quantize_blockwise(torch.randn(4, 128), block=(1, 64))
+    with pytest.raises(ValueError, match="expected a 2-D tensor"):
+        fp8ext.quantize_blockwise(torch.randn(2, 4, 128))
+    with pytest.raises(ValueError, match="expected a bfloat16, float16 or float32 tensor"):
+        fp8ext.quantize_blockwise(torch.randn(4, 128).double())
+
+
+def test_quantized_model_layer_end_to_end_cpu():
+    # The whole recipe: a bf16 layer quantized block-wise is close to its bf16 result.
+    x = torch.randn(32, 512).bfloat16()
+    w = (torch.randn(384, 512) / 20).bfloat16()
+    xq, sx = fp8ext.quantize_blockwise(x)
+    wq, sw = fp8ext.quantize_blockwise(w, block=(128, 128))
+    out = fp8ext.scaled_mm(xq, wq.t(), sx, sw.t())
+    ref = x.float() @ w.float().t()
+    assert ((out.float() - ref).norm() / ref.norm()).item() < 0.05
+
+
+# ---- GPU ----
+
+DEV = "cuda"
+GPU_SHAPES = [(1, 256, 256), (3, 576, 7168), (16, 7168, 2048), (17, 384, 512), (64, 4096, 7232),
+              (127, 1536, 7168), (200, 256, 384), (1000, 7168, 2048)]
+
+
+def _kernels():
+    try:
+        return fp8ext.blockwise_kernel_names()
+    except Exception:  # noqa: BLE001 - a CPU-only build has none; the GPU tests are skipped there anyway
+        return []
+
+
+def _kernel_out_dtype(name):
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name.rsplit("_", 1)[1]]
+
+
+@pytest.mark.gpu
+def test_build_has_blockwise_kernels_for_every_out_dtype():
+    names = fp8ext.blockwise_kernel_names()
+    assert names, "a CUDA build without block-scaled kernels"
+    assert {_kernel_out_dtype(n) for n in names} == {torch.bfloat16, torch.float16, torch.float32}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", _kernels() or ["<none built>"])
+@pytest.mark.parametrize("M,N,K", GPU_SHAPES)
+def test_every_kernel_against_float64(name, M, N, K):
+    a, b, sa, sb = random_blockwise_operands(M, N, K, device=DEV)
+    out_dtype = _kernel_out_dtype(name)
+    bias = torch.randn(N, device=DEV).to(out_dtype) if M % 2 else None
+    with fp8ext.force_kernel(name):
+        out = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype)
+    check_against_reference(out, a, b, sa, sb, bias, use_fast_accum=False, what=f"{name} {M}x{N}x{K}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", _kernels() or ["<none built>"])
+def test_every_kernel_bit_exact_small_integers(name):
+    if _kernel_out_dtype(name) != torch.float32:
+        pytest.skip("bit-exactness is checked on fp32 output")
+    a, b, sa, sb = exact_blockwise_operands(40, 272, 384, device=DEV)
+    with fp8ext.force_kernel(name):
+        out = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
+    assert torch.equal(out.double(), reference(a, b, sa, sb))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [1, 7, 16, 31, 64, 100, 128, 384, 2048, 4100])
+def test_default_dispatch_against_float64(M):
+    a, b, sa, sb = random_blockwise_operands(M, 2048, 1536, device=DEV)
+    out = fp8ext.scaled_mm(a, b, sa, sb)
+    check_against_reference(out, a, b, sa, sb, use_fast_accum=False, what=f"dispatch M={M}")
+    assert fp8ext.selected_blockwise_kernel(M, 2048) in fp8ext.blockwise_kernel_names()
+
+
+@pytest.mark.gpu
+def test_contiguous_and_torch_scale_layouts_agree():
+    a, b, sa, sb = random_blockwise_operands(33, 1024, 1024, device=DEV)
+    out = fp8ext.scaled_mm(a, b, sa, sb)
+    assert torch.equal(fp8ext.scaled_mm(a, b, sa.contiguous(), sb.contiguous()), out)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [4, 256])
+def test_cuda_graph_replay(M):
+    a, b, sa, sb = random_blockwise_operands(M, 1024, 2048, device=DEV)
+    fp8ext.scaled_mm(a, b, sa, sb)  # warm-up outside capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fp8ext.scaled_mm(a, b, sa, sb)
+    for _ in range(2):
+        a2, b2, sa2, sb2 = random_blockwise_operands(M, 1024, 2048, device=DEV)
+        for dst, src in ((a, a2), (b, b2), (sa, sa2), (sb, sb2)):
+            dst.copy_(src)
+        graph.replay()
+        torch.cuda.synchronize()
+        check_against_reference(out, a, b, sa, sb, use_fast_accum=False, what="graph replay")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sample", list(OPCHECK_SAMPLES))
+def test_opcheck_cuda(sample):
+    make, kwargs = OPCHECK_SAMPLES[sample]
+    args = [t.to(DEV) for t in make()]
+    kwargs = {k: (v.to(DEV) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+    result = torch.library.opcheck(torch.ops.fp8ext.scaled_mm.default, args, kwargs, test_utils=OPCHECK_UTILS)
+    assert all(v == "SUCCESS" for v in result.values()), result
+
+
+@pytest.mark.gpu
+def test_compile_fullgraph_cuda():
+    x = torch.randn(64, 2048, device=DEV, dtype=torch.bfloat16)
+    wq, sw = fp8ext.quantize_blockwise(torch.randn(1024, 2048, device=DEV), block=(128, 128))
+
+    def f(x):
+        xq, sx = fp8ext.quantize_blockwise(x)
+        return fp8ext.scaled_mm(xq, wq.t(), sx, sw.t())
+
+    assert torch.equal(torch.compile(f, fullgraph=True)(x), f(x))
+
+
+@pytest.mark.gpu
+def test_matches_torch_scaled_mm_blockwise():
+    # Same tensors, torch's layouts. Where this torch's _scaled_mm has no block-wise path, the test says so.
+    a, b, sa, sb = random_blockwise_operands(256, 1024, 2048, device=DEV)
+    try:
+        ref = torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
+    except (RuntimeError, NotImplementedError) as e:
+        pytest.skip(f"torch._scaled_mm takes no block-wise scales here: {str(e).splitlines()[0]}")
+    out = fp8ext.scaled_mm(a, b, sa, sb)
+    check_against_reference(ref, a, b, sa, sb, use_fast_accum=False, what="torch._scaled_mm blockwise")
+    assert ((out.float() - ref.float()).abs() <= 2.0**-6 * ref.float().abs() + 1e-3).float().mean() > 0.999
+
+
+@pytest.mark.gpu
+def test_forced_kernel_kinds_do_not_mix():
+    a, b, sa, sb = random_blockwise_operands(16, 256, 256, device=DEV)
+    row = fp8ext.kernel_names()[0]
+    with fp8ext.force_kernel(row), pytest.raises(RuntimeError, match="does not compute this block-wise call"):
+        fp8ext.scaled_mm(a, b, sa, sb)
+    ra, rb = a, b
+    rsa, rsb = torch.rand(16, 1, device=DEV), torch.rand(1, 256, device=DEV)
+    with fp8ext.force_kernel(fp8ext.blockwise_kernel_names()[0]), \
+            pytest.raises(RuntimeError, match="takes block-wise scales and does not compute this call"):
+        fp8ext.scaled_mm(ra, rb, rsa, rsb)
