@@ -15,7 +15,9 @@
 # read), autotune (the autotuner's picks against the cost model's), edge (NaN, inf, zero scales and overflow against
 # cuBLASLt), model (a Llama-3 8B/70B-shaped decoder stack end to end: bf16, fp8ext.convert, torch row-wise and
 # torchao; prefill and decode tokens/s, top-1 agreement; plot in $OUT_DIR/model.png; FP8EXT_MODEL_ARGS adds options,
-# e.g. "--config 8b --compile"), quantize (quantize_rowwise against copy bandwidth and an empty launch), linear (Float8Linear against bf16 nn.Linear on Llama-3 layers),
+# e.g. "--config 8b --compile"), quantize (quantize_rowwise against copy bandwidth and an empty launch), linear
+# (Float8Linear against bf16 nn.Linear on Llama-3 layers), blockwise (the block-scaled kernels against torch
+# block-wise and fp8ext row-wise; with the stage selftest also, first, scripts/blockwise_selftest.sh),
 # sanitize (scripts/sanitize.sh). Each of inductor, invariance, host, floor, autotune, edge, model, quantize and
 # linear is `python -m fp8ext.bench --suite NAME` (NAME inductor-peer for inductor), its record in
 # $OUT_DIR/NAME.json and its output in $OUT_DIR/NAME.log. Wheels that the machine lacks (nvidia-cutlass for the headers) may be placed
@@ -213,6 +215,18 @@ for name in quantize linear; do
     sed -n "/$name summary/,\$p" "$OUT_DIR/$name.log"
   fi
 done
+
+if [[ $STAGES == *,blockwise,* ]]; then
+  # The block-scaled kernels: the standalone self-test (no torch) first, then the suite (tuning part with every
+  # kernel timed, held-out part) against torch block-wise and fp8ext row-wise.
+  if [[ $STAGES == *,selftest,* ]]; then
+    bash scripts/blockwise_selftest.sh "$OUT_DIR/selftest" >"$OUT_DIR/blockwise-selftest.log" 2>&1 \
+      || { tail -30 "$OUT_DIR/blockwise-selftest.log"; exit 1; }
+    tail -20 "$OUT_DIR/blockwise-selftest.log"
+  fi
+  probe blockwise --all-kernels ${FP8EXT_BLOCKWISE_ARGS:-}
+  sed -n '/geomean/,$p' "$OUT_DIR/blockwise.log"
+fi
 
 if [[ $STAGES == *,sanitize,* ]]; then
   bash scripts/sanitize.sh "$OUT_DIR"

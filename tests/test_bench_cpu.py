@@ -69,7 +69,8 @@ def test_rounds_must_be_positive():
 # ---- the suite registry and the command line -----------------------------------------------------------------
 
 PEER_SUITES = ["quick", "llama", "inductor", "custom", "zoo"]
-PROBE_SUITES = ["floor", "host", "invariance", "inductor-peer", "autotune", "edge", "model", "quantize", "linear"]
+PROBE_SUITES = ["floor", "host", "invariance", "inductor-peer", "autotune", "edge", "model", "quantize", "linear",
+                "blockwise"]
 # The bench record's header and body, in the order the recorded JSON (and the tools reading it) have them.
 RECORD_KEYS = ["commit", "gpu", "torch", "cuda", "date", "suite", "host", "method", "summary", "rows"]
 
@@ -195,3 +196,24 @@ def test_registered_suite_gets_the_header_and_its_defaults(fake_gpu, monkeypatch
     out = capsys.readouterr().out
     assert "probe summary:" in out and "1.235" in out and "text" in out
     assert "--plot: the probe suite has no plot" in out
+
+
+def test_blockwise_suite_rows_and_summary():
+    from fp8ext.bench.suites import blockwise as bw
+
+    tune, held = bw.blockwise_rows("tune"), bw.blockwise_rows("heldout")
+    assert len(tune) == len(bw.DEEPSEEK_V3) * len(bw.DEEPSEEK_M) and {r["split"] for r in tune} == {"tune"}
+    assert held and {r["split"] for r in held} == {"heldout"}
+    assert not {(r["N"], r["K"]) for r in held} & {(n, k) for _, n, k in bw.DEEPSEEK_V3}
+    rows = [{"split": "tune", "M": 16, "N": 7168, "K": 2048, "kernel": "k1", "fp8ext_us": 10.0,
+             "fp8ext_rowwise_us": 9.0, "torch_blockwise_us": 12.0, "kernels_us": {"k1": 10.0, "k2": 8.0}},
+            {"split": "tune", "M": 2048, "N": 7168, "K": 2048, "kernel": "k2", "fp8ext_us": 40.0,
+             "fp8ext_rowwise_us": 40.0, "torch_blockwise_us": 30.0, "kernels_us": {"k1": "failed: x", "k2": 40.0}},
+            {"split": "heldout", "M": 1, "N": 4096, "K": 4096, "kernel": "k1", "fp8ext_us": 5.0,
+             "fp8ext_rowwise_us": 5.0, "torch_blockwise_us": "failed: E"}]
+    s = bw.summarize(rows, "")
+    assert s["tune M<=128"]["vs torch blockwise"]["geomean"] == pytest.approx(1.2)
+    assert s["tune M>=1024"]["vs torch blockwise"]["below 0.90"] == 1
+    assert s["tune all"]["dispatch / best kernel"]["worst"][:2] == [1.25, 16]
+    assert "vs torch blockwise" not in s["heldout M<=128"]  # its one row failed: no ratio is made up
+    assert bw.summarize([], "no block-wise path")["torch._scaled_mm block-wise"] == "unavailable: no block-wise path"

@@ -6,7 +6,9 @@ interleaved turns), on fresh random inputs.
     device-to-device copy (dst.copy_(src), uint8) of half that many bytes, which moves the same bytes (read +
     write): the fraction of copy bandwidth is copy time / quantize time.
   - small M: M = 1, 2, 4, 8, 16 at K = 4096 and 8192, bf16, against an empty kernel (a one-element in-place add,
-    as the floor suite times it): what a quantize costs over the fixed cost of one timed launch.
+    as the floor suite times it): what a quantize costs over the fixed cost of one timed launch. Next to them, a
+    plain read of the same input (torch.amax over all of x: one reduction kernel, one value written), the floor
+    for any kernel that must read x from HBM after the L2 flush.
 
 Both parts also time the formula in plain eager torch ops (amax, scale, divide, clamp, cast: several kernels) as a
 peer, for information.
@@ -51,6 +53,8 @@ def bandwidth_row(M: int, K: int, dtype: torch.dtype, times: dict) -> dict:
 def small_m_row(M: int, K: int, times: dict) -> dict:
     return {"part": "small_m", "M": M, "K": K, "dtype": "bfloat16", **times,
             "ratio_to_empty": ratio(times.get("fp8ext_us"), times.get("empty_us")),
+            "read_ratio_to_empty": ratio(times.get("read_us"), times.get("empty_us")),
+            "ratio_to_read": ratio(times.get("fp8ext_us"), times.get("read_us")),
             "torch_ratio_to_empty": ratio(times.get("torch_us"), times.get("empty_us"))}
 
 
@@ -68,6 +72,10 @@ def summarize(rows: list[dict]) -> dict:
     worst = max((r for r in small if r.get("ratio_to_empty") is not None), key=lambda r: r["ratio_to_empty"],
                 default=None)
     out["small M worst (M, K)"] = f"{worst['M']}x{worst['K']}" if worst else None
+    reads = [r["read_ratio_to_empty"] for r in small if r.get("read_ratio_to_empty") is not None]
+    out["small M plain read: min ratio to empty"] = min(reads) if reads else None
+    over_read = [r["ratio_to_read"] for r in small if r.get("ratio_to_read") is not None]
+    out["small M max ratio to the plain read"] = max(over_read) if over_read else None
     out[f"small M acceptance (<= {MAX_EMPTY_RATIO})"] = acceptance(ratios, len(small),
                                                                   lambda v: max(v) <= MAX_EMPTY_RATIO)
     return out
@@ -97,7 +105,8 @@ def measure_small_m(timer: Timer, rounds: int) -> list[dict]:
         for M in SMALL_M:
             x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
             times = timed_or_failed(timer, {"empty_us": lambda: one.add_(1), "fp8ext_us": lambda: quantize_rowwise(x),
-                                            "torch_us": lambda: torch_quantize_rowwise(x)}, rounds)
+                                            "read_us": lambda: torch.amax(x), "torch_us": lambda: torch_quantize_rowwise(x)},
+                                    rounds)
             rows.append(small_m_row(M, K, times))
             print(f"small M {M}x{K}: fp8ext {times['fp8ext_us']} us, empty {times['empty_us']} us, ratio "
                   f"{rows[-1]['ratio_to_empty']}", flush=True)
