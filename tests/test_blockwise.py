@@ -261,7 +261,9 @@ def test_compile_fullgraph_cuda():
         xq, sx = fp8ext.quantize_blockwise(x)
         return fp8ext.scaled_mm(xq, wq.t(), sx, sw.t())
 
-    assert torch.equal(torch.compile(f, fullgraph=True)(x), f(x))
+    eager, compiled = f(x), torch.compile(f, fullgraph=True)(x)
+    # Inductor fuses the quantize's ops into its own kernels; an FP8 rounding may land the other way now and then.
+    assert ((compiled.float() - eager.float()).norm() / eager.float().norm()).item() < 2.0**-6
 
 
 @pytest.mark.gpu
@@ -273,8 +275,9 @@ def test_matches_torch_scaled_mm_blockwise():
     except (RuntimeError, NotImplementedError) as e:
         pytest.skip(f"torch._scaled_mm takes no block-wise scales here: {str(e).splitlines()[0]}")
     out = fp8ext.scaled_mm(a, b, sa, sb)
-    check_against_reference(ref, a, b, sa, sb, use_fast_accum=False, what="torch._scaled_mm blockwise")
-    assert ((out.float() - ref.float()).abs() <= 2.0**-6 * ref.float().abs() + 1e-3).float().mean() > 0.999
+    check_against_reference(out, a, b, sa, sb, use_fast_accum=False, what="fp8ext next to torch blockwise")
+    # Both round the same sums to bf16: they agree to about bf16's precision, with the layouts read alike.
+    assert ((out.float() - ref.float()).norm() / ref.float().norm()).item() < 2.0**-7
 
 
 @pytest.mark.gpu
