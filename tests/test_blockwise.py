@@ -161,6 +161,36 @@ def test_quantized_model_layer_end_to_end_cpu():
     assert ((out.float() - ref).norm() / ref.norm()).item() < 0.05
 
 
+def test_dispatch_fit_scores_the_dispatch_own_picks():
+    # scripts/fit_blockwise_dispatch.py scores coefficients with the dispatch's own selection (no GPU needed).
+    if not fp8ext.blockwise_kernel_names():
+        pytest.skip("a CPU-only build has no block-scaled kernels to pick from")
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "fit_blockwise_dispatch.py"
+    spec = importlib.util.spec_from_file_location("fit_blockwise_dispatch", path)
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    coeffs = tuple(fit._current())
+    kernels = [k for k in fp8ext.blockwise_kernel_names() if k.endswith("_bf16")]
+    rows = []
+    for M, N in ((1, 7168), (64, 2048), (4096, 7168)):
+        pick = torch.ops.fp8ext._selected_blockwise_kernel(M, N, torch.bfloat16, 132, False, list(coeffs))
+        rows.append({"M": M, "N": N, "split": "tune",
+                     "kernels_us": {k: (10.0 if k == pick else 20.0) for k in kernels}})
+    assert fit.score(rows, coeffs, 132) == (1.0, 1.0)
+    # The pick of row 1 now takes twice the fastest kernel's time.
+    rows[1]["kernels_us"] = {k: 30.0 if t == 10.0 else 15.0 for k, t in rows[1]["kernels_us"].items()}
+    g, worst = fit.score(rows[1:], coeffs, 132)
+    assert worst == 2.0 and g == pytest.approx(math.sqrt(2.0))
+    # A pick that was not timed (it failed) disqualifies the coefficients.
+    untimed = {**rows[0], "kernels_us": {k: t for k, t in rows[0]["kernels_us"].items() if t != 10.0}}
+    assert fit.score([untimed], coeffs, 132) == (math.inf, math.inf)
+    heldout = {"split": "heldout", "M": 1, "N": 1, "kernels_us": {"x": 1.0}}
+    assert fit.tuning_rows({"rows": rows + [heldout]}) == rows
+
+
 # ---- GPU ----
 
 DEV = "cuda"

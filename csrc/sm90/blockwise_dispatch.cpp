@@ -4,38 +4,40 @@
 #include <atomic>
 
 namespace fp8ext::sm90 {
+const BlockwiseCostCoeffs kBlockwiseCostCoeffs =
+#include "sm90/blockwise_cost_coeffs.inc"
+    ;
+
 namespace {
 
-constexpr double kStreamKCost = 1.1;  // the fix-up of split tiles, and the partial sums' round trip through L2
-
 // MACs issued per useful MAC for a wgmma of this N: 128 runs at full rate, narrower ones issue as often for less.
-double wgmma_inefficiency(int mma_n) {
+double wgmma_inefficiency(int mma_n, const BlockwiseCostCoeffs& c) {
   if (mma_n >= 128) return 1.0;
-  if (mma_n >= 64) return 1.3;
-  return 1.8;
+  return mma_n >= 64 ? c.wgmma_n64_cost : c.wgmma_n32_cost;
 }
 
 std::atomic<const BlockwiseKernelEntry*> g_forced{nullptr};
 
 }  // namespace
 
-double blockwise_predicted_cost(const BlockwiseKernelEntry& kernel, int64_t M, int64_t N, OutType out, int sm_count) {
+double blockwise_predicted_cost(const BlockwiseKernelEntry& kernel, int64_t M, int64_t N, OutType out, int sm_count,
+                                const BlockwiseCostCoeffs& c) {
   const BlockwiseTraits& t = kernel.traits;
   if (t.out != out || sm_count <= 0) return -1.0;
   const int64_t mma_m = t.swap_ab ? N : M, mma_n = t.swap_ab ? M : N;
   const int64_t tiles = ((mma_m + t.tile_m - 1) / t.tile_m) * ((mma_n + t.tile_n - 1) / t.tile_n);
-  const double tile_macs = static_cast<double>(t.tile_m) * t.tile_n * wgmma_inefficiency(t.tile_n);
-  if (t.schedule == Schedule::kStreamK) return static_cast<double>(tiles) * tile_macs / sm_count * kStreamKCost;
+  const double tile_macs = static_cast<double>(t.tile_m) * t.tile_n * wgmma_inefficiency(t.tile_n, c);
+  if (t.schedule == Schedule::kStreamK) return static_cast<double>(tiles) * tile_macs / sm_count * c.stream_k_cost;
   return static_cast<double>((tiles + sm_count - 1) / sm_count) * tile_macs;
 }
 
 const BlockwiseKernelEntry* select_blockwise_kernel(int64_t M, int64_t N, OutType out, int sm_count,
-                                                    bool allow_workspace) {
+                                                    bool allow_workspace, const BlockwiseCostCoeffs& c) {
   const BlockwiseKernelEntry* best = nullptr;
   double best_cost = 0.0;
   for (const BlockwiseKernelEntry& k : all_blockwise_kernels()) {
     if (!allow_workspace && k.traits.schedule == Schedule::kStreamK) continue;
-    const double cost = blockwise_predicted_cost(k, M, N, out, sm_count);
+    const double cost = blockwise_predicted_cost(k, M, N, out, sm_count, c);
     if (cost < 0.0) continue;
     if (best == nullptr || cost < best_cost) {  // ties: the first by name, so the choice is stable
       best = &k;

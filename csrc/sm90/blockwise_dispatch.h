@@ -3,7 +3,7 @@
 //
 // The prediction counts multiply-accumulates per SM, padded tiles included, since every tile runs its whole K:
 //   data-parallel: ceil(tiles / SMs) * tile_m * tile_n            (whole waves; a partial wave costs a full one)
-//   stream-K:      tiles * tile_m * tile_n / SMs * kStreamKCost    (K split evenly, plus the partial-tile fix-up)
+//   stream-K:      tiles * tile_m * tile_n / SMs * stream_k_cost   (K split evenly, plus the partial-tile fix-up)
 // each times the wgmma efficiency of the tile's MMA N (a narrow wgmma issues as often for fewer MACs). At small M
 // the call is bound by reading the weights, and the same count then says how many SMs take part in reading them.
 // The constants were chosen on the tuning shapes of the blockwise suite (DeepSeek-V3's layers, python/fp8ext/bench)
@@ -17,14 +17,24 @@
 
 namespace fp8ext::sm90 {
 
+// The prediction's coefficients, fitted (blockwise_cost_coeffs.inc, scripts/fit_blockwise_dispatch.py).
+struct BlockwiseCostCoeffs {
+  double stream_k_cost;   // the fix-up of split tiles, and the partial sums' round trip through L2
+  double wgmma_n64_cost;  // MACs issued per useful MAC at MMA N 64 (N >= 128 issues at 1)
+  double wgmma_n32_cost;  // ... at MMA N 32 and below
+};
+extern const BlockwiseCostCoeffs kBlockwiseCostCoeffs;
+
 // The predicted cost of `kernel` on the call (arbitrary units, lower is faster), or a negative value where it
 // does not compute it (another output type).
-double blockwise_predicted_cost(const BlockwiseKernelEntry& kernel, int64_t M, int64_t N, OutType out, int sm_count);
+double blockwise_predicted_cost(const BlockwiseKernelEntry& kernel, int64_t M, int64_t N, OutType out, int sm_count,
+                                const BlockwiseCostCoeffs& c = kBlockwiseCostCoeffs);
 
 // The kernel dispatch runs; nullptr when none was built for the output type. allow_workspace = false (inside CUDA
 // graph capture) leaves out the stream-K kernels, which need a workspace.
 const BlockwiseKernelEntry* select_blockwise_kernel(int64_t M, int64_t N, OutType out, int sm_count,
-                                                    bool allow_workspace);
+                                                    bool allow_workspace,
+                                                    const BlockwiseCostCoeffs& c = kBlockwiseCostCoeffs);
 
 // A kernel forced by name (fp8ext.force_kernel with a "bw_" name); nullptr for none. Process-wide.
 const BlockwiseKernelEntry* forced_blockwise_kernel();

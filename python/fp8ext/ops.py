@@ -144,7 +144,8 @@ def selected_blockwise_kernel(M: int, N: int, out_dtype: torch.dtype = torch.bfl
     no block-scaled kernel of this build writes ``out_dtype``."""
     if not _has_cuda_kernels():
         return None
-    return torch.ops.fp8ext._selected_blockwise_kernel(M, N, out_dtype, capturing) or None
+    sm_count = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    return torch.ops.fp8ext._selected_blockwise_kernel(M, N, out_dtype, sm_count, capturing) or None
 
 
 def kernel_names() -> list[str]:

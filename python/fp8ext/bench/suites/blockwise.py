@@ -141,4 +141,5 @@ def blockwise(args) -> dict:
     return {"method": f"medians of L2-flushed calls, {args.rounds} interleaved rounds of {args.rep_ms} ms per peer; "
                       "fresh random e4m3 operands and positive scales in torch's layouts per row; bf16 output, "
                       "no bias; row-wise: fp8ext's default dispatch on the same a, b with (M, 1) / (1, N) scales",
+            "sm_count": torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count,
             "summary": summarize(rows, torch_why), "rows": rows}
