@@ -375,6 +375,8 @@ Tensor run_blockwise(const Tensor& a, const Tensor& b, const Tensor& scale_a, co
     FP8EXT_CHECK(kernel->traits.out == out_type, "fp8ext.scaled_mm: the forced kernel '", kernel->name,
                  "' writes ", sm90::to_string(kernel->traits.out), ", not the ", dtype_name(problem.out_dtype),
                  " this call asks for");
+    FP8EXT_CHECK(kernel->traits.max_m == 0 || problem.M <= kernel->traits.max_m, "fp8ext.scaled_mm: the forced "
+                 "kernel '", kernel->name, "' computes M <= ", kernel->traits.max_m, ", not M = ", problem.M);
   } else {
     kernel = sm90::select_blockwise_kernel(problem.M, problem.N, out_type, props.multiProcessorCount,
                                            /*allow_workspace=*/!stream_is_capturing(stream));

@@ -8,8 +8,8 @@ bench record, and optionally write them to csrc/sm90/blockwise_cost_coeffs.inc.
 Every tuning row of the record (DeepSeek-V3's layers) has each bf16 block-scaled kernel's time. For each
 coefficient triple of a grid, the dispatch's own selection (the _selected_blockwise_kernel op, with the trial
 coefficients and the record's SM count) picks a kernel per row; the score is the geomean over the rows of the
-picked kernel's time / the fastest kernel's, then the worst row. Held-out rows are never read: they judge the
-fit, in the next run of the suite.
+picked kernel's time / the fastest kernel's, then the worst row. Rows the gemv takes (M <= 4, by rule) are left
+out. Held-out rows are never read: they judge the fit, in the next run of the suite.
 """
 from __future__ import annotations
 
@@ -45,12 +45,14 @@ def score(rows: list[dict], coeffs: tuple[float, float, float], sm_count: int) -
         times = {k: t for k, t in r["kernels_us"].items() if isinstance(t, (int, float))}
         pick = torch.ops.fp8ext._selected_blockwise_kernel(r["M"], r["N"], torch.bfloat16, sm_count, False,
                                                            list(coeffs))
+        if "_gemv_" in pick:
+            continue  # M <= 4 goes to the gemv by rule, whatever the coefficients: nothing to fit there
         if pick not in times:
             return math.inf, math.inf  # picked a kernel that failed or was not timed: never the fit
         x = times[pick] / min(times.values())
         logs.append(math.log(x))
         worst = max(worst, x)
-    return math.exp(sum(logs) / len(logs)), worst
+    return (math.exp(sum(logs) / len(logs)), worst) if logs else (math.inf, math.inf)
 
 
 def write(coeffs: tuple[float, float, float], source: str, result: tuple[float, float]) -> None:

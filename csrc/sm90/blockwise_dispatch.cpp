@@ -23,7 +23,8 @@ std::atomic<const BlockwiseKernelEntry*> g_forced{nullptr};
 double blockwise_predicted_cost(const BlockwiseKernelEntry& kernel, int64_t M, int64_t N, OutType out, int sm_count,
                                 const BlockwiseCostCoeffs& c) {
   const BlockwiseTraits& t = kernel.traits;
-  if (t.out != out || sm_count <= 0) return -1.0;
+  if (t.out != out || sm_count <= 0 || (t.max_m > 0 && M > t.max_m)) return -1.0;
+  if (t.schedule == Schedule::kGemv) return 0.0;  // M <= 4: the weight read on every SM beats any tile
   const int64_t mma_m = t.swap_ab ? N : M, mma_n = t.swap_ab ? M : N;
   const int64_t tiles = ((mma_m + t.tile_m - 1) / t.tile_m) * ((mma_n + t.tile_n - 1) / t.tile_n);
   const double tile_macs = static_cast<double>(t.tile_m) * t.tile_n * wgmma_inefficiency(t.tile_n, c);

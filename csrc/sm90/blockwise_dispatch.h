@@ -6,6 +6,8 @@
 //   stream-K:      tiles * tile_m * tile_n / SMs * stream_k_cost   (K split evenly, plus the partial-tile fix-up)
 // each times the wgmma efficiency of the tile's MMA N (a narrow wgmma issues as often for fewer MACs). At small M
 // the call is bound by reading the weights, and the same count then says how many SMs take part in reading them.
+// A GEMV kernel (bw_gemv_m4_*, M <= 4) costs 0 where it applies: it reads the weight with every SM, and was the
+// fastest kernel on every M = 1 row of the tuning part.
 // The constants were chosen on the tuning shapes of the blockwise suite (DeepSeek-V3's layers, python/fp8ext/bench)
 // and are judged on the zoo's held-out rows (docs/blockwise.md).
 #pragma once

@@ -53,9 +53,10 @@ struct BlockwiseParams {
 struct BlockwiseTraits {
   int tile_m, tile_n, tile_k;  // in the MMA's frame: with swap_ab, tile_m runs over the user's N
   int cluster_m, cluster_n;
-  Schedule schedule;  // kCooperative, kPingpong or kStreamK
+  Schedule schedule;  // kCooperative, kPingpong or kStreamK (CUTLASS); kGemv: blockwise_gemv.cu, no tiles
   OutType out;
   bool swap_ab;
+  int max_m = 0;  // the largest M the kernel computes, 0 for any
 };
 
 using BlockwiseLaunchFn = LaunchResult (*)(const BlockwiseParams&);

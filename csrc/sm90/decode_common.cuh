@@ -1,5 +1,5 @@
-// What the hand-written decode kernels (gemv_rowwise.cu, gemv_tensor_core.cu) share: the streaming weight load
-// and the epilogue, which in the user's frame is
+// What the hand-written decode kernels (gemv_rowwise.cu, gemv_tensor_core.cu, blockwise_kernels/bw_gemv_m4.cu)
+// share: the fp8 unpacking, the streaming weight load and the (row-wise) epilogue, which in the user's frame is
 //
 //     out[i, j] = round_to_out( fma( scale_a[i] * scale_b[j], acc[i, j], bias[j] ) )          all in fp32
 //
@@ -10,6 +10,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +18,23 @@
 #include "sm90/gemm_params.h"
 
 namespace fp8ext::sm90::decode {
+
+// 16 fp8 values (one 16-byte load) as floats; exact, since every fp8 value is a half.
+template <__nv_fp8_interpretation_t Kind>
+__device__ __forceinline__ void fp8x16_to_float(const uint4& v, float (&f)[16]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const auto pair = static_cast<__nv_fp8x2_storage_t>(words[w] >> (16 * h));
+      const __half2 hv = __half2(__nv_cvt_fp8x2_to_halfraw2(pair, Kind));
+      const float2 fv = __half22float2(hv);
+      f[4 * w + 2 * h] = fv.x;
+      f[4 * w + 2 * h + 1] = fv.y;
+    }
+  }
+}
 
 // The weight is read once: a streaming load (ld.global.cs, evict-first) keeps it from displacing the
 // activations, which every warp re-reads, in L1 and L2.

@@ -28,22 +28,6 @@ constexpr int kRowsPerWarp = 2;  // weight rows per warp: enough warps for small
 constexpr int kChunk = 16;       // bytes per lane per load
 constexpr int kUnroll = 2;       // K chunks per lane per loop iteration
 
-template <__nv_fp8_interpretation_t Kind>
-__device__ __forceinline__ void fp8x16_to_float(const uint4& v, float (&f)[16]) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const auto pair = static_cast<__nv_fp8x2_storage_t>(words[w] >> (16 * h));
-      const __half2 hv = __half2(__nv_cvt_fp8x2_to_halfraw2(pair, Kind));  // exact: every fp8 value is a half
-      const float2 fv = __half22float2(hv);
-      f[4 * w + 2 * h] = fv.x;
-      f[4 * w + 2 * h + 1] = fv.y;
-    }
-  }
-}
-
 template <typename Out, __nv_fp8_interpretation_t KindA, int M>
 __global__ void __launch_bounds__(kWarps * 32) gemv_rowwise_kernel(GemmParams p) {
   const int lane = threadIdx.x % 32;
@@ -74,11 +58,11 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_rowwise_kernel(GemmParams p)
     for (int u = 0; u < kUnroll; ++u) {
       float wf[kRowsPerWarp][16];
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) fp8x16_to_float<__NV_E4M3>(wv[u][r], wf[r]);
+      for (int r = 0; r < kRowsPerWarp; ++r) decode::fp8x16_to_float<__NV_E4M3>(wv[u][r], wf[r]);
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         float af[16];
-        fp8x16_to_float<KindA>(av[u][m], af);
+        decode::fp8x16_to_float<KindA>(av[u][m], af);
 #pragma unroll
         for (int r = 0; r < kRowsPerWarp; ++r) {
 #pragma unroll
