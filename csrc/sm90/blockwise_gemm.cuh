@@ -183,41 +183,23 @@ struct BlockwiseGemm {
   using StrideD = typename Kernel::StrideD;
 
   static typename Gemm::Arguments arguments(const BlockwiseParams& p) {
-    // Problem and operands in the MMA's frame. Sizes fit int (checked by the entry); strides stay 64-bit.
-    const int mma_m = static_cast<int>(kSwapAB ? p.N : p.M);
-    const int mma_n = static_cast<int>(kSwapAB ? p.M : p.N);
-    const auto* ptr_a = static_cast<const ElementA*>(kSwapAB ? p.b : p.a);
-    const auto* ptr_b = static_cast<const ElementB*>(kSwapAB ? p.a : p.b);
-    StrideA stride_a = cute::make_stride(kSwapAB ? p.ldb : p.lda, cute::_1{}, int64_t(0));
-    StrideB stride_b = cute::make_stride(kSwapAB ? p.lda : p.ldb, cute::_1{}, int64_t(0));
-    StrideD stride_d;
-    if constexpr (kSwapAB) {
-      stride_d = cute::make_stride(cute::_1{}, p.ldo, int64_t(0));  // D = out^T, column-major
-    } else {
-      stride_d = cute::make_stride(p.ldo, cute::_1{}, int64_t(0));
-    }
-
+    const MmaFrame<kSwapAB, ElementA, ElementB, StrideA, StrideB, StrideD> f(p.M, p.N, p.K, p.a, p.lda, p.b, p.ldb,
+                                                                              p.ldo);
     // scale_a(i, g) per token i and K group g, scale_b(g, h) per K group and block h of 128 weight rows; each
     // goes with its operand, so swapping exchanges them (and their granularities) along with the operands.
     const float* ptr_sfa = kSwapAB ? p.scale_b : p.scale_a;
     const float* ptr_sfb = kSwapAB ? p.scale_a : p.scale_b;
     auto layout_sfa = blockwise_detail::make_scale_layout<kGranM, kBlockwiseGroupK>(
-        mma_m, p.K, kSwapAB ? p.sb_stride_n : p.sa_stride_m, kSwapAB ? p.sb_stride_g : p.sa_stride_g);
+        f.m, p.K, kSwapAB ? p.sb_stride_n : p.sa_stride_m, kSwapAB ? p.sb_stride_g : p.sa_stride_g);
     auto layout_sfb = blockwise_detail::make_scale_layout<kGranN, kBlockwiseGroupK>(
-        mma_n, p.K, kSwapAB ? p.sa_stride_m : p.sb_stride_n, kSwapAB ? p.sa_stride_g : p.sb_stride_g);
+        f.n, p.K, kSwapAB ? p.sa_stride_m : p.sb_stride_n, kSwapAB ? p.sa_stride_g : p.sb_stride_g);
 
     typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
-                                  {mma_m, mma_n, static_cast<int>(p.K), 1},
-                                  {ptr_a, stride_a, ptr_b, stride_b, ptr_sfa, layout_sfa, ptr_sfb, layout_sfb},
-                                  {Epilogue::arguments(p.bias), nullptr, stride_d, static_cast<ElementD*>(p.out),
-                                   stride_d}};
-    args.hw_info.device_id = p.device_id;
-    args.hw_info.sm_count = p.sm_count;  // passed in so CUTLASS does not query the device on every call
-    if constexpr (kStreamK) {
-      // Deterministic: the partial tiles are reduced in a fixed order, so results are bitwise repeatable.
-      args.scheduler.reduction_mode = decltype(args.scheduler.reduction_mode)::Deterministic;
-      args.scheduler.decomposition_mode = decltype(args.scheduler.decomposition_mode)::Heuristic;
-    }
+                                  {f.m, f.n, f.k, 1},
+                                  {f.a, f.stride_a, f.b, f.stride_b, ptr_sfa, layout_sfa, ptr_sfb, layout_sfb},
+                                  {Epilogue::arguments(p.bias), nullptr, f.stride_d, static_cast<ElementD*>(p.out),
+                                   f.stride_d}};
+    set_launch_arguments<kStreamK>(args, p.device_id, p.sm_count);
     return args;
   }
 };

@@ -32,6 +32,48 @@ using BiasBroadcast = cute::conditional_t<
     cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementBias, float,
                                                 cute::Stride<cute::_0, cute::_1, cute::_0>>>;
 
+// The call in a kernel's MMA frame (TN, K contiguous in both operands): not swapped, MMA A = a [M, K], MMA B = b
+// (N x K), D = out [M, N] row-major; swap_ab, MMA A = b^T [N, K] (the weight), MMA B = a, D = out^T [N, M]
+// column-major, the same memory as out. Sizes fit int (checked by the entry); strides stay 64-bit.
+template <bool SwapAB, class ElementA, class ElementB, class StrideA, class StrideB, class StrideD>
+struct MmaFrame {
+  int m, n, k;
+  const ElementA* a;
+  const ElementB* b;
+  StrideA stride_a;
+  StrideB stride_b;
+  StrideD stride_d;
+
+  MmaFrame(int64_t M, int64_t N, int64_t K, const void* a_user, int64_t lda, const void* b_user, int64_t ldb,
+           int64_t ldo)
+      : m(static_cast<int>(SwapAB ? N : M)),
+        n(static_cast<int>(SwapAB ? M : N)),
+        k(static_cast<int>(K)),
+        a(static_cast<const ElementA*>(SwapAB ? b_user : a_user)),
+        b(static_cast<const ElementB*>(SwapAB ? a_user : b_user)),
+        stride_a(cute::make_stride(SwapAB ? ldb : lda, cute::_1{}, int64_t(0))),
+        stride_b(cute::make_stride(SwapAB ? lda : ldb, cute::_1{}, int64_t(0))) {
+    if constexpr (SwapAB) {
+      stride_d = cute::make_stride(cute::_1{}, ldo, int64_t(0));  // D = out^T, column-major
+    } else {
+      stride_d = cute::make_stride(ldo, cute::_1{}, int64_t(0));
+    }
+  }
+};
+
+// What every kernel's arguments carry besides the problem: the device and its SM count (passed in so that
+// CUTLASS does not query the device on every call) and, for stream-K, a deterministic reduction: the partial
+// tiles are added in a fixed order, so results are bitwise repeatable.
+template <bool StreamK, class Arguments>
+void set_launch_arguments(Arguments& args, int device_id, int sm_count) {
+  args.hw_info.device_id = device_id;
+  args.hw_info.sm_count = sm_count;
+  if constexpr (StreamK) {
+    args.scheduler.reduction_mode = decltype(args.scheduler.reduction_mode)::Deterministic;
+    args.scheduler.decomposition_mode = decltype(args.scheduler.decomposition_mode)::Heuristic;
+  }
+}
+
 // can_implement, the workspace's size, initialize, run, and the launch's own error: the first step that fails is
 // reported (gemm_params.h, LaunchResult).
 template <class Gemm>

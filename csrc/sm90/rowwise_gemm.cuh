@@ -102,28 +102,15 @@ struct RowwiseGemm {
   using StrideD = typename Kernel::StrideD;
 
   static typename Gemm::Arguments arguments(const GemmParams& p) {
-    // Problem and operands in the MMA's frame. Sizes fit int (checked by the entry); strides stay 64-bit.
-    const int mma_m = static_cast<int>(kSwapAB ? p.N : p.M);
-    const int mma_n = static_cast<int>(kSwapAB ? p.M : p.N);
-    const auto* ptr_a = static_cast<const ElementA*>(kSwapAB ? p.b : p.a);
-    const auto* ptr_b = static_cast<const ElementB*>(kSwapAB ? p.a : p.b);
-    StrideA stride_a = cute::make_stride(kSwapAB ? p.ldb : p.lda, cute::_1{}, int64_t(0));
-    StrideB stride_b = cute::make_stride(kSwapAB ? p.lda : p.ldb, cute::_1{}, int64_t(0));
-    StrideD stride_d;
-    if constexpr (kSwapAB) {
-      stride_d = cute::make_stride(cute::_1{}, p.ldo, int64_t(0));  // D = out^T, column-major
-    } else {
-      stride_d = cute::make_stride(p.ldo, cute::_1{}, int64_t(0));
-    }
-
+    const MmaFrame<kSwapAB, ElementA, ElementB, StrideA, StrideB, StrideD> f(p.M, p.N, p.K, p.a, p.lda, p.b, p.ldb,
+                                                                              p.ldo);
     typename Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGemm,
-        {mma_m, mma_n, static_cast<int>(p.K), 1},
-        {ptr_a, stride_a, ptr_b, stride_b},
+        {f.m, f.n, f.k, 1},
+        {f.a, f.stride_a, f.b, f.stride_b},
         {Epilogue::arguments(p.scale_a, p.scale_a_per_row, p.scale_b, p.scale_b_per_col, p.bias), nullptr,
-         stride_d, static_cast<ElementD*>(p.out), stride_d}};
-    args.hw_info.device_id = p.device_id;
-    args.hw_info.sm_count = p.sm_count;  // passed in so CUTLASS does not query the device on every call
+         f.stride_d, static_cast<ElementD*>(p.out), f.stride_d}};
+    set_launch_arguments<kStreamK>(args, p.device_id, p.sm_count);
     // Tile order (gemm_params.h): bands of max_swizzle tiles across the raster direction, so one wave of CTAs
     // shares A rows and B columns in L2 instead of streaming all of A (or B) once per wave. CUTLASS rounds the
     // tile grid up to a multiple of swizzle x cluster, so a wide band on a short side computes empty tiles:
@@ -135,11 +122,6 @@ struct RowwiseGemm {
                                                                       : RasterOptions::Heuristic;
     if constexpr (Config::kAccum == Accum::kPrecise) {
       args.mainloop.mma_promotion_interval = Config::kPromotionInterval;
-    }
-    if constexpr (kStreamK) {
-      // Deterministic: the partial tiles are reduced in a fixed order, so results are bitwise repeatable.
-      args.scheduler.reduction_mode = decltype(args.scheduler.reduction_mode)::Deterministic;
-      args.scheduler.decomposition_mode = decltype(args.scheduler.decomposition_mode)::Heuristic;
     }
     return args;
   }
