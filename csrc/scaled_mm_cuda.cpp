@@ -378,7 +378,7 @@ Tensor run_blockwise(const Tensor& a, const Tensor& b, const Tensor& scale_a, co
     FP8EXT_CHECK(kernel->traits.max_m == 0 || problem.M <= kernel->traits.max_m, "fp8ext.scaled_mm: the forced "
                  "kernel '", kernel->name, "' computes M <= ", kernel->traits.max_m, ", not M = ", problem.M);
   } else {
-    kernel = sm90::select_blockwise_kernel(problem.M, problem.N, out_type, props.multiProcessorCount,
+    kernel = sm90::select_blockwise_kernel(problem.M, problem.N, problem.K, out_type, props.multiProcessorCount,
                                            /*allow_workspace=*/!stream_is_capturing(stream));
   }
   if (kernel == nullptr) {
@@ -533,18 +533,18 @@ std::vector<std::string> blockwise_kernel_names() {
   return names;
 }
 
-// The block-scaled kernel the dispatch runs for (M, N, out_dtype) with sm_count SMs ("" if none), or inside
+// The block-scaled kernel the dispatch runs for (M, N, K, out_dtype) with sm_count SMs ("" if none), or inside
 // capture. `coeffs`: trial coefficients {stream-K, N 64, N 32} for scripts/fit_blockwise_dispatch.py; empty for
 // the built-in ones. Needs no GPU.
-std::string selected_blockwise_kernel(int64_t M, int64_t N, ScalarType out_dtype, int64_t sm_count, bool capturing,
-                                      std::vector<double> coeffs) {
+std::string selected_blockwise_kernel(int64_t M, int64_t N, int64_t K, ScalarType out_dtype, int64_t sm_count,
+                                      bool capturing, std::vector<double> coeffs) {
   if (const sm90::BlockwiseKernelEntry* forced = sm90::forced_blockwise_kernel()) return forced->name;
   sm90::BlockwiseCostCoeffs c = sm90::kBlockwiseCostCoeffs;
   if (!coeffs.empty()) {
     FP8EXT_CHECK(coeffs.size() == 3, "fp8ext._selected_blockwise_kernel: expected 3 coefficients, got ", coeffs.size());
     c = {coeffs[0], coeffs[1], coeffs[2]};
   }
-  const sm90::BlockwiseKernelEntry* k = sm90::select_blockwise_kernel(M, N, to_out_type(out_dtype),
+  const sm90::BlockwiseKernelEntry* k = sm90::select_blockwise_kernel(M, N, K, to_out_type(out_dtype),
                                                                       static_cast<int>(sm_count), !capturing, c);
   return k != nullptr ? k->name : "";
 }
@@ -705,7 +705,7 @@ STABLE_TORCH_LIBRARY_FRAGMENT(fp8ext, m) {
   m.def("_autotune_configure(bool enabled, str cache_file, str[] buckets, str[] kernels) -> ()");
   m.def("_autotune_entries() -> str[]");
   m.def("_blockwise_kernel_names() -> str[]");
-  m.def("_selected_blockwise_kernel(int M, int N, ScalarType out_dtype, int sm_count, bool capturing=False, "
+  m.def("_selected_blockwise_kernel(int M, int N, int K, ScalarType out_dtype, int sm_count, bool capturing=False, "
         "float[] coeffs=[]) -> str");
 }
 

@@ -43,7 +43,7 @@ def score(rows: list[dict], coeffs: tuple[float, float, float], sm_count: int) -
     logs, worst = [], 0.0
     for r in rows:
         times = {k: t for k, t in r["kernels_us"].items() if isinstance(t, (int, float))}
-        pick = torch.ops.fp8ext._selected_blockwise_kernel(r["M"], r["N"], torch.bfloat16, sm_count, False,
+        pick = torch.ops.fp8ext._selected_blockwise_kernel(r["M"], r["N"], r["K"], torch.bfloat16, sm_count, False,
                                                            list(coeffs))
         if "_gemv_" in pick:
             continue  # M <= 4 goes to the gemv by rule, whatever the coefficients: nothing to fit there

@@ -176,7 +176,7 @@ def test_dispatch_fit_scores_the_dispatch_own_picks():
     kernels = [k for k in fp8ext.blockwise_kernel_names() if k.endswith("_bf16")]
     rows = []
     for M, N in ((1, 7168), (64, 2048), (4096, 7168)):
-        pick = torch.ops.fp8ext._selected_blockwise_kernel(M, N, torch.bfloat16, 132, False, list(coeffs))
+        pick = torch.ops.fp8ext._selected_blockwise_kernel(M, N, 2048, torch.bfloat16, 132, False, list(coeffs))
         rows.append({"M": M, "N": N, "split": "tune",
                      "kernels_us": {k: (10.0 if k == pick else 20.0) for k in kernels}})
     assert fit.score(rows, coeffs, 132) == (1.0, 1.0)
@@ -185,7 +185,7 @@ def test_dispatch_fit_scores_the_dispatch_own_picks():
     g, worst = fit.score(rows[1:], coeffs, 132)
     assert worst == 2.0 and g == pytest.approx(math.sqrt(2.0))
     # A pick that was not timed (it failed) disqualifies the coefficients.
-    untimed = {**rows[0], "kernels_us": {k: t for k, t in rows[0]["kernels_us"].items() if t != 10.0}}
+    untimed = {**rows[2], "kernels_us": {k: t for k, t in rows[2]["kernels_us"].items() if t != 10.0}}
     assert fit.score([untimed], coeffs, 132) == (math.inf, math.inf)
     heldout = {"split": "heldout", "M": 1, "N": 1, "kernels_us": {"x": 1.0}}
     assert fit.tuning_rows({"rows": rows + [heldout]}) == rows
@@ -220,8 +220,8 @@ def test_build_has_blockwise_kernels_for_every_out_dtype():
 @pytest.mark.parametrize("name", _kernels() or ["<none built>"])
 @pytest.mark.parametrize("M,N,K", GPU_SHAPES)
 def test_every_kernel_against_float64(name, M, N, K):
-    if "_gemv_m4_" in name and M > 4:
-        pytest.skip("the gemv computes M <= 4")
+    if ("_gemv_m4_" in name and M > 4) or ("_gemv_tc_" in name and M > 32):
+        pytest.skip("a decode kernel computes M <= 4 (gemv_m4) or M <= 32 (gemv_tc)")
     a, b, sa, sb = random_blockwise_operands(M, N, K, device=DEV)
     out_dtype = _kernel_out_dtype(name)
     bias = torch.randn(N, device=DEV).to(out_dtype) if M % 2 else None
@@ -233,12 +233,15 @@ def test_every_kernel_against_float64(name, M, N, K):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", _kernels() or ["<none built>"])
 def test_every_kernel_bit_exact_small_integers(name):
-    if _kernel_out_dtype(name) != torch.float32:
-        pytest.skip("bit-exactness is checked on fp32 output")
-    a, b, sa, sb = exact_blockwise_operands(4 if "_gemv_m4_" in name else 40, 272, 384, device=DEV)
+    if _kernel_out_dtype(name) != torch.float32 and "_gemv_tc_" not in name:
+        pytest.skip("bit-exactness is checked on fp32 output (the bf16-only gemv_tc: on bf16 output)")
+    a, b, sa, sb = exact_blockwise_operands(4 if "_gemv_m4_" in name else 24 if "_gemv_tc_" in name else 40, 272,
+                                            384, device=DEV)
+    out_dtype = _kernel_out_dtype(name)
     with fp8ext.force_kernel(name):
-        out = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
-    assert torch.equal(out.double(), reference(a, b, sa, sb))
+        out = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=out_dtype)
+    # The exact sum is an fp32 value here, so rounding it once to the output type is the only rounding allowed.
+    assert torch.equal(out, reference(a, b, sa, sb).to(out_dtype))
 
 
 @pytest.mark.gpu
@@ -247,7 +250,7 @@ def test_default_dispatch_against_float64(M):
     a, b, sa, sb = random_blockwise_operands(M, 2048, 1536, device=DEV)
     out = fp8ext.scaled_mm(a, b, sa, sb)
     check_against_reference(out, a, b, sa, sb, use_fast_accum=False, what=f"dispatch M={M}")
-    assert fp8ext.selected_blockwise_kernel(M, 2048) in fp8ext.blockwise_kernel_names()
+    assert fp8ext.selected_blockwise_kernel(M, 2048, 1536) in fp8ext.blockwise_kernel_names()
 
 
 @pytest.mark.gpu
@@ -255,8 +258,11 @@ def test_gemv_is_forced_only_where_it_computes():
     a, b, sa, sb = random_blockwise_operands(5, 256, 256, device=DEV)
     with fp8ext.force_kernel("bw_gemv_m4_bf16"), pytest.raises(RuntimeError, match="computes M <= 4, not M = 5"):
         fp8ext.scaled_mm(a, b, sa, sb)
-    assert fp8ext.selected_blockwise_kernel(4, 256) == "bw_gemv_m4_bf16"
-    assert fp8ext.selected_blockwise_kernel(5, 256) != "bw_gemv_m4_bf16"
+    # The decode kernels take M <= 32 where the build has them: the CUDA-core gemv only up to 4.
+    assert "_gemv_" in fp8ext.selected_blockwise_kernel(4, 256, 256)
+    assert fp8ext.selected_blockwise_kernel(5, 256, 256) != "bw_gemv_m4_bf16"
+    assert "_gemv_tc_" in fp8ext.selected_blockwise_kernel(32, 4096, 7168)
+    assert "_gemv_" not in fp8ext.selected_blockwise_kernel(33, 4096, 7168)
 
 
 @pytest.mark.gpu

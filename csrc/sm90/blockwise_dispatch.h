@@ -6,8 +6,10 @@
 //   stream-K:      tiles * tile_m * tile_n / SMs * stream_k_cost   (K split evenly, plus the partial-tile fix-up)
 // each times the wgmma efficiency of the tile's MMA N (a narrow wgmma issues as often for fewer MACs). At small M
 // the call is bound by reading the weights, and the same count then says how many SMs take part in reading them.
-// A GEMV kernel (bw_gemv_m4_*, M <= 4) costs 0 where it applies: it reads the weight with every SM, and was the
-// fastest kernel on every M = 1 row of the tuning part.
+// The decode kernels (bw_gemv_m4_* for M <= 4, bw_gemv_tc_* for M <= 32) come first where they apply: they put
+// every SM on the weight, which the tile kernels cannot at small M. Among them, the row-wise cost model
+// (cost_model.h) ranks each by its row-wise twin's predicted time (the same loads and MMAs, the scales placed
+// differently).
 // The constants were chosen on the tuning shapes of the blockwise suite (DeepSeek-V3's layers, python/fp8ext/bench)
 // and are judged on the zoo's held-out rows (docs/blockwise.md).
 #pragma once
@@ -29,12 +31,12 @@ extern const BlockwiseCostCoeffs kBlockwiseCostCoeffs;
 
 // The predicted cost of `kernel` on the call (arbitrary units, lower is faster), or a negative value where it
 // does not compute it (another output type).
-double blockwise_predicted_cost(const BlockwiseKernelEntry& kernel, int64_t M, int64_t N, OutType out, int sm_count,
-                                const BlockwiseCostCoeffs& c = kBlockwiseCostCoeffs);
+double blockwise_predicted_cost(const BlockwiseKernelEntry& kernel, int64_t M, int64_t N, int64_t K, OutType out,
+                                int sm_count, const BlockwiseCostCoeffs& c = kBlockwiseCostCoeffs);
 
 // The kernel dispatch runs; nullptr when none was built for the output type. allow_workspace = false (inside CUDA
 // graph capture) leaves out the stream-K kernels, which need a workspace.
-const BlockwiseKernelEntry* select_blockwise_kernel(int64_t M, int64_t N, OutType out, int sm_count,
+const BlockwiseKernelEntry* select_blockwise_kernel(int64_t M, int64_t N, int64_t K, OutType out, int sm_count,
                                                     bool allow_workspace,
                                                     const BlockwiseCostCoeffs& c = kBlockwiseCostCoeffs);
 

@@ -57,6 +57,9 @@ struct BlockwiseTraits {
   OutType out;
   bool swap_ab;
   int max_m = 0;  // the largest M the kernel computes, 0 for any
+  // A decode kernel's row-wise counterpart (the same kernel with the scales at the store), whose time the
+  // row-wise cost model predicts for the dispatch (blockwise_dispatch.h); nullptr for the CUTLASS kernels.
+  const char* rowwise_twin = nullptr;
 };
 
 using BlockwiseLaunchFn = LaunchResult (*)(const BlockwiseParams&);

@@ -137,15 +137,15 @@ def blockwise_kernel_names() -> list[str]:
     return list(torch.ops.fp8ext._blockwise_kernel_names()) if _has_cuda_kernels() else []
 
 
-def selected_blockwise_kernel(M: int, N: int, out_dtype: torch.dtype = torch.bfloat16,
+def selected_blockwise_kernel(M: int, N: int, K: int, out_dtype: torch.dtype = torch.bfloat16,
                               capturing: bool = False) -> Optional[str]:
-    """What a block-wise call with this M and N runs on this GPU (a forced block-scaled kernel, else the one
-    csrc/sm90/blockwise_dispatch.h predicts fastest; inside CUDA-graph capture never a stream-K one). None if
-    no block-scaled kernel of this build writes ``out_dtype``."""
+    """What a block-wise call of this shape runs on this GPU (a forced block-scaled kernel, else dispatch's pick:
+    csrc/sm90/blockwise_dispatch.h; inside CUDA-graph capture never a stream-K one). None if no block-scaled
+    kernel of this build writes ``out_dtype``."""
     if not _has_cuda_kernels():
         return None
     sm_count = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    return torch.ops.fp8ext._selected_blockwise_kernel(M, N, out_dtype, sm_count, capturing) or None
+    return torch.ops.fp8ext._selected_blockwise_kernel(M, N, K, out_dtype, sm_count, capturing) or None
 
 
 def kernel_names() -> list[str]:

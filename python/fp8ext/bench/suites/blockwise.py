@@ -64,7 +64,7 @@ def run_blockwise(rows: list[dict], timer: Timer, all_kernels: bool, check: bool
         fns = {"fp8ext_us": ours, "fp8ext_rowwise_us": lambda: ops.scaled_mm(a, b, ra, rb)}
         if not torch_why:
             fns["torch_blockwise_us"] = lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
-        record = {**row, "kernel": ops.selected_blockwise_kernel(M, N), **timed_or_failed(timer, fns, rounds)}
+        record = {**row, "kernel": ops.selected_blockwise_kernel(M, N, K), **timed_or_failed(timer, fns, rounds)}
         if all_kernels and row["split"] == "tune":
             per = {}
             for k in kernels:
