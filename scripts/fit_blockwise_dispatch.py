@@ -26,9 +26,9 @@ import fp8ext
 
 ROOT = Path(__file__).resolve().parent.parent
 COEFFS = ROOT / "csrc" / "sm90" / "blockwise_cost_coeffs.inc"
-GRID = {"stream_k": [0.8 + 0.05 * i for i in range(17)],   # 0.80 .. 1.60
-        "n64": [1.0 + 0.1 * i for i in range(11)],          # 1.0 .. 2.0
-        "n32": [1.0 + 0.1 * i for i in range(21)]}          # 1.0 .. 3.0
+GRID = {"stream_k": [0.4 + 0.05 * i for i in range(25)],   # 0.40 .. 1.60
+        "n64": [0.6 + 0.1 * i for i in range(15)],          # 0.6 .. 2.0
+        "n32": [0.6 + 0.1 * i for i in range(25)]}          # 0.6 .. 3.0
 
 
 def tuning_rows(record: dict) -> list[dict]:
@@ -58,8 +58,8 @@ def score(rows: list[dict], coeffs: tuple[float, float, float], sm_count: int) -
 def write(coeffs: tuple[float, float, float], source: str, result: tuple[float, float]) -> None:
     COEFFS.write_text(
         "// The block-wise dispatch's coefficients (blockwise_dispatch.h): {stream-K cost, wgmma inefficiency at MMA "
-        "N 64,\n// at MMA N 32}. Written by scripts/fit_blockwise_dispatch.py --write from the tuning part of "
-        f"{source}:\n// picked / fastest kernel geomean {result[0]:.4f}, worst {result[1]:.3f}.\n"
+        "N 64,\n// at MMA N 32}. Written by scripts/fit_blockwise_dispatch.py --write from the tuning part of\n"
+        f"// {source}: picked / fastest kernel geomean {result[0]:.4f}, worst {result[1]:.3f}.\n"
         "{" + ", ".join(f"{c:.4g}" for c in coeffs) + "}\n")
 
 
@@ -78,7 +78,8 @@ def main() -> int:
     print(f"built-in {_current()}: geomean {current[0]:.4f}, worst {current[1]:.3f}")
     print(f"fit      {tuple(round(c, 4) for c in best[1])}: geomean {best[0][0]:.4f}, worst {best[0][1]:.3f}")
     if args.write:
-        write(best[1], args.record.name, best[0])
+        path = args.record.resolve()
+        write(best[1], str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name, best[0])
         print(f"wrote {COEFFS.relative_to(ROOT)}; rebuild to use it")
     return 0
 

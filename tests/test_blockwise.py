@@ -177,7 +177,7 @@ def test_dispatch_fit_scores_the_dispatch_own_picks():
     rows = []
     for M, N in ((1, 7168), (64, 2048), (4096, 7168)):
         pick = torch.ops.fp8ext._selected_blockwise_kernel(M, N, 2048, torch.bfloat16, 132, False, list(coeffs))
-        rows.append({"M": M, "N": N, "split": "tune",
+        rows.append({"M": M, "N": N, "K": 2048, "split": "tune",
                      "kernels_us": {k: (10.0 if k == pick else 20.0) for k in kernels}})
     assert fit.score(rows, coeffs, 132) == (1.0, 1.0)
     # The pick of row 1 now takes twice the fastest kernel's time.
@@ -187,7 +187,7 @@ def test_dispatch_fit_scores_the_dispatch_own_picks():
     # A pick that was not timed (it failed) disqualifies the coefficients.
     untimed = {**rows[2], "kernels_us": {k: t for k, t in rows[2]["kernels_us"].items() if t != 10.0}}
     assert fit.score([untimed], coeffs, 132) == (math.inf, math.inf)
-    heldout = {"split": "heldout", "M": 1, "N": 1, "kernels_us": {"x": 1.0}}
+    heldout = {"split": "heldout", "M": 1, "N": 1, "K": 16, "kernels_us": {"x": 1.0}}
     assert fit.tuning_rows({"rows": rows + [heldout]}) == rows
 
 
