@@ -534,19 +534,30 @@ std::vector<std::string> blockwise_kernel_names() {
 }
 
 // The block-scaled kernel the dispatch runs for (M, N, K, out_dtype) with sm_count SMs ("" if none), or inside
-// capture. `coeffs`: trial coefficients {stream-K, N 64, N 32} for scripts/fit_blockwise_dispatch.py; empty for
-// the built-in ones. Needs no GPU.
+// capture. `fits`: trial fits for scripts/fit_blockwise_dispatch.py, [a0, b0, a1, b1, ...] for the kernels of
+// _blockwise_kernel_names in order; empty for the compiled-in ones. Needs no GPU.
 std::string selected_blockwise_kernel(int64_t M, int64_t N, int64_t K, ScalarType out_dtype, int64_t sm_count,
-                                      bool capturing, std::vector<double> coeffs) {
+                                      bool capturing, std::vector<double> fits) {
   if (const sm90::BlockwiseKernelEntry* forced = sm90::forced_blockwise_kernel()) return forced->name;
-  sm90::BlockwiseCostCoeffs c = sm90::kBlockwiseCostCoeffs;
-  if (!coeffs.empty()) {
-    FP8EXT_CHECK(coeffs.size() == 3, "fp8ext._selected_blockwise_kernel: expected 3 coefficients, got ", coeffs.size());
-    c = {coeffs[0], coeffs[1], coeffs[2]};
+  std::vector<sm90::BlockwiseFit> trial;
+  if (!fits.empty()) {
+    FP8EXT_CHECK(fits.size() == 2 * sm90::all_blockwise_kernels().size(), "fp8ext._selected_blockwise_kernel: ",
+                 "expected two numbers per block-scaled kernel (", 2 * sm90::all_blockwise_kernels().size(),
+                 "), got ", fits.size());
+    for (size_t i = 0; i < fits.size(); i += 2) trial.push_back({fits[i], fits[i + 1]});
   }
-  const sm90::BlockwiseKernelEntry* k = sm90::select_blockwise_kernel(M, N, K, to_out_type(out_dtype),
-                                                                      static_cast<int>(sm_count), !capturing, c);
+  const sm90::BlockwiseKernelEntry* k = sm90::select_blockwise_kernel(
+      M, N, K, to_out_type(out_dtype), static_cast<int>(sm_count), !capturing, trial.empty() ? nullptr : &trial);
   return k != nullptr ? k->name : "";
+}
+
+// The serial work per SM, in MACs, that the dispatch's time model gives the named block-scaled kernel (0 for a
+// decode kernel), and its compiled-in fit: [W, a, b]. For scripts/fit_blockwise_dispatch.py.
+std::vector<double> blockwise_work_and_fit(std::string name, int64_t M, int64_t N, int64_t K, int64_t sm_count) {
+  const sm90::BlockwiseKernelEntry* k = sm90::find_blockwise_kernel(name);
+  FP8EXT_CHECK(k != nullptr, "fp8ext._blockwise_work: no block-scaled kernel '", name, "' in this build");
+  const sm90::BlockwiseFit f = sm90::blockwise_fit(*k);
+  return {sm90::blockwise_work(k->traits, M, N, K, static_cast<int>(sm_count)), f.a_us, f.b_us_per_mac};
 }
 
 // `name` is a kernel's name, optionally with scheduler options ("...@N4", dispatch.h); "" clears it.
@@ -706,7 +717,8 @@ STABLE_TORCH_LIBRARY_FRAGMENT(fp8ext, m) {
   m.def("_autotune_entries() -> str[]");
   m.def("_blockwise_kernel_names() -> str[]");
   m.def("_selected_blockwise_kernel(int M, int N, int K, ScalarType out_dtype, int sm_count, bool capturing=False, "
-        "float[] coeffs=[]) -> str");
+        "float[] fits=[]) -> str");
+  m.def("_blockwise_work(str name, int M, int N, int K, int sm_count) -> float[]");
 }
 
 // They take no tensors: CompositeExplicitAutograd serves every call.
@@ -727,6 +739,7 @@ STABLE_TORCH_LIBRARY_IMPL(fp8ext, CompositeExplicitAutograd, m) {
   m.impl("_autotune_entries", TORCH_BOX(&autotune_entries));
   m.impl("_blockwise_kernel_names", TORCH_BOX(&blockwise_kernel_names));
   m.impl("_selected_blockwise_kernel", TORCH_BOX(&selected_blockwise_kernel));
+  m.impl("_blockwise_work", TORCH_BOX(&blockwise_work_and_fit));
 }
 
 }  // namespace fp8ext

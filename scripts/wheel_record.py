@@ -41,6 +41,35 @@ def compare(wheel: dict[str, float], inplace: dict[str, float]) -> dict:
     return {"wheel_over_inplace": ratio, "largest_difference": {"geomean": worst, "ratio": ratio[worst]}}
 
 
+def row_comparison(wheel_bench: dict, inplace_bench: dict, leave_out: set) -> dict:
+    """Per row (M, N, K, accumulation), the in-place ratio over the wheel's, leaving out the (N, K) weight shapes
+    in leave_out: the median and 90th percentile of |log| as a fraction, the largest, and the group geomeans of
+    both runs over the rows kept (their own grouping: M <= 128, M >= 1024, per accumulation)."""
+    def key(r):
+        return r["M"], r["N"], r["K"], r["use_fast_accum"]
+
+    def kept(rows):
+        return [r for r in rows if (r["N"], r["K"]) not in leave_out]
+
+    def ratio(r):
+        return r["torch_rowwise_us"] / r["fp8ext_us"]
+
+    wheel = {key(r): r for r in kept(wheel_bench["rows"])}
+    inplace = {key(r): r for r in kept(inplace_bench["rows"]) if key(r) in wheel}
+    logs = sorted(abs(math.log(ratio(inplace[k]) / ratio(wheel[k]))) for k in inplace)
+    groups = {}
+    for fast in (True, False):
+        for name, pred in (("M<=128", lambda m: m <= 128), ("M>=1024", lambda m: m >= 1024)):
+            label = f"{'fast' if fast else 'precise'} {name} vs rowwise"
+            sel = [k for k in inplace if k[3] == fast and pred(k[0])]
+            groups[label] = {run: math.exp(sum(math.log(ratio(rows[k])) for k in sel) / len(sel))
+                             for run, rows in (("wheel", wheel), ("inplace", inplace))}
+    return {"left_out_weight_shapes": sorted(leave_out), "rows": len(logs),
+            "median_row_difference": math.expm1(logs[len(logs) // 2]),
+            "p90_row_difference": math.expm1(logs[int(0.9 * len(logs))]), "largest_row_difference": math.expm1(logs[-1]),
+            "geomeans": groups}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-info", required=True, type=Path)
@@ -51,6 +80,8 @@ def main(argv=None) -> int:
     ap.add_argument("--inplace-other-commit", action="store_true",
                     help="accept an in-place benchmark of another commit (the record names both commits)")
     ap.add_argument("--note", action="append", default=[], help="a line for the record's notes (repeatable)")
+    ap.add_argument("--leave-out", action="append", default=[], metavar="N,K",
+                    help="also compare the runs row by row without this weight shape (repeatable; say why in --note)")
     args = ap.parse_args(argv)
 
     info = json.loads(args.run_info.read_text())
@@ -77,8 +108,12 @@ def main(argv=None) -> int:
         "inplace_date": inplace_bench["date"],
         "inplace_torch": inplace_bench["torch"],
         **compare(wheel_g, inplace_g),
+        "row_comparison": row_comparison(wheel_bench, inplace_bench, set()),
         "notes": args.note,
     }
+    if args.leave_out:
+        leave_out = {tuple(int(x) for x in s.split(",")) for s in args.leave_out}
+        record["row_comparison_left_out"] = row_comparison(wheel_bench, inplace_bench, leave_out)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps({k: record[k] for k in ("pytest", "built_with", "run_with", "largest_difference")}, indent=1))
     return 0

@@ -161,8 +161,9 @@ def test_quantized_model_layer_end_to_end_cpu():
     assert ((out.float() - ref).norm() / ref.norm()).item() < 0.05
 
 
-def test_dispatch_fit_scores_the_dispatch_own_picks():
-    # scripts/fit_blockwise_dispatch.py scores coefficients with the dispatch's own selection (no GPU needed).
+def test_dispatch_fit_recovers_a_linear_time_model_and_scores_the_dispatch_own_picks():
+    # scripts/fit_blockwise_dispatch.py fits t = a + b W per tile kernel and scores fits by the dispatch's own
+    # selection (no GPU needed).
     if not fp8ext.blockwise_kernel_names():
         pytest.skip("a CPU-only build has no block-scaled kernels to pick from")
     import importlib.util
@@ -172,23 +173,25 @@ def test_dispatch_fit_scores_the_dispatch_own_picks():
     spec = importlib.util.spec_from_file_location("fit_blockwise_dispatch", path)
     fit = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fit)
-    coeffs = tuple(fit._current())
-    kernels = [k for k in fp8ext.blockwise_kernel_names() if k.endswith("_bf16")]
+    tiles = [k for k in fp8ext.blockwise_kernel_names() if k.endswith("_bf16") and "_gemv_" not in k]
+    truth = {k: (3.0 + i, (1.0 + 0.5 * i) * 1e-7) for i, k in enumerate(tiles)}
     rows = []
-    for M, N in ((1, 7168), (64, 2048), (4096, 7168)):
-        pick = torch.ops.fp8ext._selected_blockwise_kernel(M, N, 2048, torch.bfloat16, 132, False, list(coeffs))
-        rows.append({"M": M, "N": N, "K": 2048, "split": "tune",
-                     "kernels_us": {k: (10.0 if k == pick else 20.0) for k in kernels}})
-    assert fit.score(rows, coeffs, 132) == (1.0, 1.0)
-    # The pick of row 1 now takes twice the fastest kernel's time.
-    rows[1]["kernels_us"] = {k: 30.0 if t == 10.0 else 15.0 for k, t in rows[1]["kernels_us"].items()}
-    g, worst = fit.score(rows[1:], coeffs, 132)
-    assert worst == 2.0 and g == pytest.approx(math.sqrt(2.0))
-    # A pick that was not timed (it failed) disqualifies the coefficients.
-    untimed = {**rows[2], "kernels_us": {k: t for k, t in rows[2]["kernels_us"].items() if t != 10.0}}
-    assert fit.score([untimed], coeffs, 132) == (math.inf, math.inf)
-    heldout = {"split": "heldout", "M": 1, "N": 1, "K": 16, "kernels_us": {"x": 1.0}}
-    assert fit.tuning_rows({"rows": rows + [heldout]}) == rows
+    for M, N, K in ((64, 7168, 2048), (512, 4096, 7168), (4096, 7168, 16384), (128, 36864, 7168)):
+        times = {k: a + b * fit.work(k, {"M": M, "N": N, "K": K}, 132) for k, (a, b) in truth.items()}
+        rows.append({"M": M, "N": N, "K": K, "split": "tune", "kernels_us": times})
+    fits = fit.fit(rows, 132)
+    for k, (a, b) in truth.items():
+        assert fits[k][0] == pytest.approx(a, rel=1e-6) and fits[k][1] == pytest.approx(b, rel=1e-6)
+    # With the true model the dispatch picks the fastest kernel on every row.
+    assert fit.score(rows, fit.trial_fits(fits, 132), 132) == (1.0, 1.0)
+    # A pick that was not timed (it failed) disqualifies the fits.
+    flat = fit.trial_fits(fits, 132)
+    pick = torch.ops.fp8ext._selected_blockwise_kernel(64, 7168, 2048, torch.bfloat16, 132, False, flat)
+    untimed = {**rows[0], "kernels_us": {k: t for k, t in rows[0]["kernels_us"].items() if k != pick}}
+    assert fit.score([untimed], flat, 132) == (math.inf, math.inf)
+    held = {"split": "heldout", "M": 512, "N": 1, "K": 16, "kernels_us": {"x": 1.0}}
+    small = {"split": "tune", "M": 16, "N": 1, "K": 16, "kernels_us": {"x": 1.0}}
+    assert fit.tuning_rows({"rows": rows + [held, small]}) == rows
 
 
 # ---- GPU ----

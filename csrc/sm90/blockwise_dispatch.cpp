@@ -2,60 +2,90 @@
 #include "sm90/blockwise_dispatch.h"
 
 #include <atomic>
+#include <string>
 
 #include "sm90/cost_model.h"
 #include "sm90/kernel_registry.h"
 
 namespace fp8ext::sm90 {
-const BlockwiseCostCoeffs kBlockwiseCostCoeffs =
-#include "sm90/blockwise_cost_coeffs.inc"
-    ;
-
 namespace {
 
-// MACs issued per useful MAC for a wgmma of this N: 128 runs at full rate, narrower ones issue as often for less.
-double wgmma_inefficiency(int mma_n, const BlockwiseCostCoeffs& c) {
-  if (mma_n >= 128) return 1.0;
-  return mma_n >= 64 ? c.wgmma_n64_cost : c.wgmma_n32_cost;
+struct FitRow {
+  const char* name;
+  BlockwiseFit fit;
+};
+constexpr FitRow kFits[] = {
+#include "sm90/blockwise_cost_coeffs.inc"
+};
+
+// Datasheet-level defaults for a kernel without a fit: 8 us fixed, and one SM's share of about 900 dense fp8
+// TFLOP/s (132 SMs, 2 FLOP per MAC).
+constexpr BlockwiseFit kDefaultFit{8.0, 1.0 / (900e12 / 2 / 132) * 1e6};
+
+const BlockwiseFit* own_fit(std::string_view name) {
+  for (const FitRow& r : kFits) {
+    if (name == r.name) return &r.fit;
+  }
+  return nullptr;
 }
 
 std::atomic<const BlockwiseKernelEntry*> g_forced{nullptr};
 
-// Microseconds of a decode kernel, in the tile kernels' units: far below one tile's cost.
+// A decode kernel's predicted microseconds, scaled far below any tile kernel's: where one applies it is taken.
 constexpr double kDecodeScale = 1e-9;
 
 }  // namespace
 
-double blockwise_predicted_cost(const BlockwiseKernelEntry& kernel, int64_t M, int64_t N, int64_t K, OutType out,
-                                int sm_count, const BlockwiseCostCoeffs& c) {
+double blockwise_work(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K, int sm_count) {
+  if (t.schedule == Schedule::kGemv || sm_count <= 0) return 0.0;
+  const int64_t mma_m = t.swap_ab ? N : M, mma_n = t.swap_ab ? M : N;
+  const int64_t tiles = ((mma_m + t.tile_m - 1) / t.tile_m) * ((mma_n + t.tile_n - 1) / t.tile_n);
+  const double tile_macs = static_cast<double>(t.tile_m) * t.tile_n * static_cast<double>(K);
+  if (t.schedule == Schedule::kStreamK) return static_cast<double>(tiles) * tile_macs / sm_count;
+  return static_cast<double>((tiles + sm_count - 1) / sm_count) * tile_macs;
+}
+
+BlockwiseFit blockwise_fit(const BlockwiseKernelEntry& kernel) {
+  if (const BlockwiseFit* f = own_fit(kernel.name)) return *f;
+  std::string twin = kernel.name;  // the bf16 kernel of the same tile: "..._fp16" -> "..._bf16"
+  const size_t at = twin.rfind('_');
+  if (at != std::string::npos) {
+    twin = twin.substr(0, at) + "_bf16";
+    if (const BlockwiseFit* f = own_fit(twin)) return *f;
+  }
+  return kDefaultFit;
+}
+
+double blockwise_predicted_us(const BlockwiseKernelEntry& kernel, int64_t M, int64_t N, int64_t K, OutType out,
+                              int sm_count, const BlockwiseFit* fit) {
   const BlockwiseTraits& t = kernel.traits;
   if (t.out != out || sm_count <= 0 || (t.max_m > 0 && M > t.max_m)) return -1.0;
   if (t.schedule == Schedule::kGemv) {
-    // Below every tile kernel (whose cost is at least one tile's MACs), ranked by the row-wise twin's predicted
-    // microseconds; a subset build without the twin ranks it last among the decode kernels.
+    // Ranked by the row-wise twin's predicted microseconds; a subset build without the twin ranks it last among
+    // the decode kernels.
     const KernelEntry* twin = t.rowwise_twin != nullptr ? find_kernel(t.rowwise_twin) : nullptr;
     const int out_bytes = out == OutType::kFP32 ? 4 : 2;
     const double us = twin != nullptr ? estimate(*twin, CostProblem{M, N, K, out_bytes, sm_count}).us : 1e6;
     return kDecodeScale * us;
   }
-  const int64_t mma_m = t.swap_ab ? N : M, mma_n = t.swap_ab ? M : N;
-  const int64_t tiles = ((mma_m + t.tile_m - 1) / t.tile_m) * ((mma_n + t.tile_n - 1) / t.tile_n);
-  const double tile_macs = static_cast<double>(t.tile_m) * t.tile_n * wgmma_inefficiency(t.tile_n, c);
-  if (t.schedule == Schedule::kStreamK) return static_cast<double>(tiles) * tile_macs / sm_count * c.stream_k_cost;
-  return static_cast<double>((tiles + sm_count - 1) / sm_count) * tile_macs;
+  const BlockwiseFit f = fit != nullptr ? *fit : blockwise_fit(kernel);
+  return f.a_us + f.b_us_per_mac * blockwise_work(t, M, N, K, sm_count);
 }
 
 const BlockwiseKernelEntry* select_blockwise_kernel(int64_t M, int64_t N, int64_t K, OutType out, int sm_count,
-                                                    bool allow_workspace, const BlockwiseCostCoeffs& c) {
+                                                    bool allow_workspace, const std::vector<BlockwiseFit>* fits) {
+  const std::vector<BlockwiseKernelEntry>& kernels = all_blockwise_kernels();
   const BlockwiseKernelEntry* best = nullptr;
-  double best_cost = 0.0;
-  for (const BlockwiseKernelEntry& k : all_blockwise_kernels()) {
+  double best_us = 0.0;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const BlockwiseKernelEntry& k = kernels[i];
     if (!allow_workspace && k.traits.schedule == Schedule::kStreamK) continue;
-    const double cost = blockwise_predicted_cost(k, M, N, K, out, sm_count, c);
-    if (cost < 0.0) continue;
-    if (best == nullptr || cost < best_cost) {  // ties: the first by name, so the choice is stable
+    const BlockwiseFit* fit = fits != nullptr && i < fits->size() ? &(*fits)[i] : nullptr;
+    const double us = blockwise_predicted_us(k, M, N, K, out, sm_count, fit);
+    if (us < 0.0) continue;
+    if (best == nullptr || us < best_us) {  // ties: the first by name, so the choice is stable
       best = &k;
-      best_cost = cost;
+      best_us = us;
     }
   }
   return best;

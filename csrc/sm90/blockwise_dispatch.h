@@ -1,44 +1,52 @@
-// Which block-scaled kernel (blockwise_gemm.h) computes a call: a kernel forced by name, else the one with the
-// least predicted work per SM. Plain C++: no CUTLASS, no libtorch.
+// Which block-scaled kernel (blockwise_gemm.h) computes a call: a kernel forced by name, else the one predicted
+// fastest. Plain C++: no CUTLASS, no libtorch.
 //
-// The prediction counts multiply-accumulates per SM, padded tiles included, since every tile runs its whole K:
-//   data-parallel: ceil(tiles / SMs) * tile_m * tile_n            (whole waves; a partial wave costs a full one)
-//   stream-K:      tiles * tile_m * tile_n / SMs * stream_k_cost   (K split evenly, plus the partial-tile fix-up)
-// each times the wgmma efficiency of the tile's MMA N (a narrow wgmma issues as often for fewer MACs). At small M
-// the call is bound by reading the weights, and the same count then says how many SMs take part in reading them.
 // The decode kernels (bw_gemv_m4_* for M <= 4, bw_gemv_tc_* for M <= 32) come first where they apply: they put
 // every SM on the weight, which the tile kernels cannot at small M. Among them, the row-wise cost model
 // (cost_model.h) ranks each by its row-wise twin's predicted time (the same loads and MMAs, the scales placed
 // differently).
-// The constants were chosen on the tuning shapes of the blockwise suite (DeepSeek-V3's layers, python/fp8ext/bench)
-// and are judged on the zoo's held-out rows (docs/blockwise.md).
+//
+// A tile kernel's time is predicted as t = a + b * W [microseconds], with a and b fitted per kernel
+// (blockwise_cost_coeffs.inc) and W its serial work per SM in MACs, padded tiles included (every tile runs its
+// whole K):
+//   data-parallel: ceil(tiles / SMs) * tile_m * tile_n * K       (whole waves; a partial wave costs a full one)
+//   stream-K:      tiles * tile_m * tile_n * K / SMs              (K split evenly; b carries the fix-up)
+// b is the kernel's time per MAC on one SM: it holds the wgmma shape's efficiency and the mainloop's per-group
+// promotion cost, which differ per tile and schedule; a its fixed cost. Kernels without a fit borrow the bf16
+// kernel of the same tile, else datasheet-level defaults. scripts/fit_blockwise_dispatch.py fits them on the
+// tuning part of the blockwise suite (DeepSeek-V3's layers, every kernel timed); the zoo's held-out rows judge them.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "sm90/blockwise_gemm.h"
 
 namespace fp8ext::sm90 {
 
-// The prediction's coefficients, fitted (blockwise_cost_coeffs.inc, scripts/fit_blockwise_dispatch.py).
-struct BlockwiseCostCoeffs {
-  double stream_k_cost;   // the fix-up of split tiles, and the partial sums' round trip through L2
-  double wgmma_n64_cost;  // MACs issued per useful MAC at MMA N 64 (N >= 128 issues at 1)
-  double wgmma_n32_cost;  // ... at MMA N 32 and below
+struct BlockwiseFit {
+  double a_us;       // fixed cost
+  double b_us_per_mac;  // per MAC of serial work on one SM
 };
-extern const BlockwiseCostCoeffs kBlockwiseCostCoeffs;
 
-// The predicted cost of `kernel` on the call (arbitrary units, lower is faster), or a negative value where it
-// does not compute it (another output type).
-double blockwise_predicted_cost(const BlockwiseKernelEntry& kernel, int64_t M, int64_t N, int64_t K, OutType out,
-                                int sm_count, const BlockwiseCostCoeffs& c = kBlockwiseCostCoeffs);
+// W of the formula above for a tile kernel (0 for a decode kernel).
+double blockwise_work(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K, int sm_count);
+
+// The fit a kernel uses: its own row of blockwise_cost_coeffs.inc, its bf16 twin's, or the defaults.
+BlockwiseFit blockwise_fit(const BlockwiseKernelEntry& kernel);
+
+// The predicted time of `kernel` on the call, or a negative value where it does not compute it (another output
+// type, M above its max_m). `fits`, when given, replaces the compiled-in fits: one per kernel of
+// all_blockwise_kernels(), in its order (scripts/fit_blockwise_dispatch.py tries its own that way).
+double blockwise_predicted_us(const BlockwiseKernelEntry& kernel, int64_t M, int64_t N, int64_t K, OutType out,
+                              int sm_count, const BlockwiseFit* fit = nullptr);
 
 // The kernel dispatch runs; nullptr when none was built for the output type. allow_workspace = false (inside CUDA
 // graph capture) leaves out the stream-K kernels, which need a workspace.
 const BlockwiseKernelEntry* select_blockwise_kernel(int64_t M, int64_t N, int64_t K, OutType out, int sm_count,
                                                     bool allow_workspace,
-                                                    const BlockwiseCostCoeffs& c = kBlockwiseCostCoeffs);
+                                                    const std::vector<BlockwiseFit>* fits = nullptr);
 
 // A kernel forced by name (fp8ext.force_kernel with a "bw_" name); nullptr for none. Process-wide.
 const BlockwiseKernelEntry* forced_blockwise_kernel();
