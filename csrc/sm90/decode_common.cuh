@@ -59,6 +59,21 @@ __device__ __forceinline__ void store_output(const GemmParams& p, int64_t i, int
   static_cast<Out*>(p.out)[i * p.ldo + j] = from_float<Out>(fmaf(sa * sb, acc, bias));
 }
 
+// The row-wise decode kernels' policy (gemv_cuda_core.cuh, gemv_tensor_core.cuh): the scales and bias enter
+// once, at the store; the block-scaled hooks are never called (kBlockScaled is false).
+struct RowwisePolicy {
+  using Params = GemmParams;
+  static constexpr bool kBlockScaled = false;
+  template <typename Out>
+  __device__ static void store(const GemmParams& p, int64_t i, int64_t j, float acc) {
+    store_output<Out>(p, i, j, acc);
+  }
+  __device__ static const float* weight_scales(const GemmParams&, int64_t) { return nullptr; }
+  __device__ static float chunk_scale(const GemmParams&, int, int64_t, const float*) { return 1.0f; }
+  __device__ static float token_scale(const GemmParams&, int, int64_t) { return 1.0f; }
+  __device__ static float weight_scale(const GemmParams&, int64_t, int64_t) { return 1.0f; }
+};
+
 // The decode kernels need no global-memory workspace (the registry's WorkspaceFn).
 inline size_t no_workspace(const GemmParams&) { return 0; }
 

@@ -15,17 +15,7 @@
 namespace fp8ext::sm90 {
 namespace {
 
-// The scales and bias enter once, at the store (decode_common.cuh's epilogue).
-struct RowwisePolicy {
-  using Params = GemmParams;
-  static constexpr bool kBlockScaled = false;
-  template <typename Out>
-  __device__ static void store(const GemmParams& p, int64_t i, int64_t j, float acc) {
-    decode::store_output<Out>(p, i, j, acc);
-  }
-  __device__ static const float* weight_scales(const GemmParams&, int64_t) { return nullptr; }
-  __device__ static float chunk_scale(const GemmParams&, int, int64_t, const float*) { return 1.0f; }
-};
+using decode::RowwisePolicy;
 
 template <typename Out>
 LaunchResult launch_gemv(const GemmParams& p) {

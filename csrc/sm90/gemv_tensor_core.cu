@@ -13,17 +13,7 @@ namespace {
 
 using gemv_tc::kMaxM;
 
-// The scales and bias enter once, at the store (decode_common.cuh's epilogue).
-struct RowwisePolicy {
-  using Params = GemmParams;
-  static constexpr bool kBlockScaled = false;
-  template <typename Out>
-  __device__ static void store(const GemmParams& p, int64_t i, int64_t j, float acc) {
-    decode::store_output<Out>(p, i, j, acc);
-  }
-  __device__ static float token_scale(const GemmParams&, int, int64_t) { return 1.0f; }
-  __device__ static float weight_scale(const GemmParams&, int64_t, int64_t) { return 1.0f; }
-};
+using decode::RowwisePolicy;
 
 template <typename Out, int MT, int S>
 LaunchResult launch_gemv_tc(const GemmParams& p) {

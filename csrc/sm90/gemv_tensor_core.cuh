@@ -8,7 +8,7 @@
 // Block-scaled (blockwise_kernels/bw_gemv_tc.cu): each 128-wide K chunk (one scale group g) is summed by mma.sync
 // on its own, then multiplied by scale_a(i, g) * scale_b(g, j / 128) and added to acc in fp32; out = acc + bias.
 // A Policy says which: Params, kBlockScaled, store<Out>(p, i, j, acc), and for block scales
-// token_scale(p, i, k) (0 for a token past M) and weight_scale(p, row, k).
+// token_scale(p, i, k) (0 for a token past M) and weight_scale(p, row, k) (decode_common.cuh has the row-wise one).
 //
 // Why: a swapped CUTLASS kernel gives each 64-row weight tile to one CTA, so a small weight keeps few SMs
 // reading (4096 rows: 64 tiles for 132 SMs), and at M = 16-64 those rows ran at 0.92-0.95x of cuBLAS
@@ -87,6 +87,19 @@ __device__ __forceinline__ void mma_16_bytes(float (&d)[4], const uint4& lo, con
   mma_16x8x32<KindA>(d, lo.z, hi.z, lo.w, hi.w, x.z, x.w);
 }
 
+// One load round's MMAs: every weight tile against every token tile, both 16-byte halves, into d.
+template <__nv_fp8_interpretation_t KindA, int MT, int NT>
+__device__ __forceinline__ void mma_round(float (&d)[MT][NT][4], const uint4 (&wv)[MT][2][2], const uint4 (&xv)[NT][2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mma_16_bytes<KindA>(d[mt][nt], wv[mt][0][h], wv[mt][1][h], xv[nt][h]);
+    }
+  }
+}
+
 // MT: 16-row weight tiles per warp. NT: tiles of 8 tokens (M <= 8 * NT). S: slices of K per row group.
 template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int MT, int NT, int S>
 __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBlockScaled>))
@@ -149,16 +162,7 @@ __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBloc
         const int64_t k = k0 + u * kChunk;
         if (k >= k_end) break;
         float part[MT][NT][4] = {};
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-              mma_16_bytes<KindA>(part[mt][nt], wv[u][mt][0][h], wv[u][mt][1][h], xv[u][nt][h]);
-            }
-          }
-        }
+        mma_round<KindA, MT, NT>(part, wv[u], xv[u]);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           const float sb = Policy::weight_scale(p, first_row + mt * kTileRows, k);
@@ -173,16 +177,7 @@ __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBloc
           }
         }
       } else {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-              mma_16_bytes<KindA>(acc[mt][nt], wv[u][mt][0][h], wv[u][mt][1][h], xv[u][nt][h]);
-            }
-          }
-        }
+        mma_round<KindA, MT, NT>(acc, wv[u], xv[u]);
       }
     }
   }
