@@ -1,6 +1,6 @@
 // The float32 reference path: the CPU backend, and the fallback of the CUDA backend where no sm_90a kernel
-// applies, for tensor-wise, row-wise and block-wise scales. Written with aten ops only (PyTorch's stable ABI: torch/csrc/stable), so it runs on any device the
-// inputs are on.
+// applies, for tensor-wise, row-wise and block-wise scales. Written with aten ops only (PyTorch's stable ABI:
+// torch/csrc/stable), so it runs on any device the inputs are on.
 #include <algorithm>
 #include <array>
 

@@ -503,8 +503,8 @@ Tensor scaled_mm_cuda(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, std::o
     static std::once_flag once;
     warn_once(once, str("fp8ext.scaled_mm: this GPU (", props.name, ", compute capability ", cc / 10, ".", cc % 10,
                         ") has no fp8ext kernels, which need compute capability 9.0 (sm_90a); row-wise and "
-                        "block-wise calls, and tensor-wise calls that torch._scaled_mm cannot take, run on the float32 reference path: "
-                        "correct, much slower"));
+                        "block-wise calls, and tensor-wise calls that torch._scaled_mm cannot take, run on the "
+                        "float32 reference path: correct, much slower"));
     return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
   }
 

@@ -99,8 +99,8 @@ def score(rows: list[dict], flat_fits: list[float], sm_count: int) -> tuple[floa
 
 
 def write(fits: dict[str, tuple[float, float]], source: str, result: tuple[float, float]) -> None:
-    lines = ["// Per-kernel fits {name, {a us, b us per MAC}} of the block-wise dispatch (blockwise_dispatch.h), written",
-             "// by scripts/fit_blockwise_dispatch.py --write from the tuning part of",
+    lines = ["// Per-kernel fits {name, {a us, b us per MAC}} of the block-wise dispatch (blockwise_dispatch.h),",
+             "// written by scripts/fit_blockwise_dispatch.py --write from the tuning part of",
              f"// {source}: picked / fastest kernel geomean {result[0]:.4f}, worst {result[1]:.3f} (M > 32)."]
     lines += [f'{{"{n}", {{{a:.6g}, {b:.6g}}}}},' for n, (a, b) in sorted(fits.items())]
     COEFFS.write_text("\n".join(lines) + "\n")

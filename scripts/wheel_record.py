@@ -66,7 +66,8 @@ def row_comparison(wheel_bench: dict, inplace_bench: dict, leave_out: set) -> di
                              for run, rows in (("wheel", wheel), ("inplace", inplace))}
     return {"left_out_weight_shapes": sorted(leave_out), "rows": len(logs),
             "median_row_difference": math.expm1(logs[len(logs) // 2]),
-            "p90_row_difference": math.expm1(logs[int(0.9 * len(logs))]), "largest_row_difference": math.expm1(logs[-1]),
+            "p90_row_difference": math.expm1(logs[int(0.9 * len(logs))]),
+            "largest_row_difference": math.expm1(logs[-1]),
             "geomeans": groups}
 
 

@@ -178,12 +178,14 @@ CASES = [
              "got [1] and [2, 1]"),
     Case("blockwise_e5m2", "block-wise scales with an e5m2 a (K = 256)",
          _with(a=lambda d, a: fp8(M, 4 * K, E5M2, device=d), b=lambda d, a: fp8(N, 4 * K, device=d).t(),
-               scale_a=lambda d, a: torch.ones(2, M, device=d).t(), scale_b=lambda d, a: torch.ones(1, 2, device=d).t()),
+               scale_a=lambda d, a: torch.ones(2, M, device=d).t(),
+               scale_b=lambda d, a: torch.ones(1, 2, device=d).t()),
          P + "a, b: block-wise scaling takes torch.float8_e4m3fn operands only, got a torch.float8_e5m2 and b "
              "torch.float8_e4m3fn"),
     Case("blockwise_a_wrong_groups", "scale_a with 3 groups where K = 256 has 2",
          _with(a=lambda d, a: fp8(M, 4 * K, device=d), b=lambda d, a: fp8(N, 4 * K, device=d).t(),
-               scale_a=lambda d, a: torch.ones(3, M, device=d).t(), scale_b=lambda d, a: torch.ones(1, 2, device=d).t()),
+               scale_a=lambda d, a: torch.ones(3, M, device=d).t(),
+               scale_b=lambda d, a: torch.ones(1, 2, device=d).t()),
          P + "scale_a: expected one value (tensor-wise), shape (M, 1) or (M,) with M = 32 (row-wise), or "
              "(M, ceil(K / 128)) = (32, 2) (block-wise, 1 x 128 groups), got shape [32, 3]"),
     Case("scale_a_strided", "scale_a is a strided view",

@@ -89,7 +89,8 @@ __device__ __forceinline__ void mma_16_bytes(float (&d)[4], const uint4& lo, con
 
 // One load round's MMAs: every weight tile against every token tile, both 16-byte halves, into d.
 template <__nv_fp8_interpretation_t KindA, int MT, int NT>
-__device__ __forceinline__ void mma_round(float (&d)[MT][NT][4], const uint4 (&wv)[MT][2][2], const uint4 (&xv)[NT][2]) {
+__device__ __forceinline__ void mma_round(float (&d)[MT][NT][4], const uint4 (&wv)[MT][2][2],
+                                          const uint4 (&xv)[NT][2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
 #pragma unroll

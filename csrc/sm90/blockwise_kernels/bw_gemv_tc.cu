@@ -27,8 +27,8 @@ struct BlockwisePolicy {
   }
   // scale_b(g, h) of weight row `row`'s 128-row block h at the chunk at k (1 past N: those rows are never stored).
   __device__ static float weight_scale(const BlockwiseParams& p, int64_t row, int64_t k) {
-    return row < p.N ? __ldg(p.scale_b + (k / kBlockwiseGroupK) * p.sb_stride_g + (row / kBlockwiseBlockN) * p.sb_stride_n)
-                     : 1.0f;
+    if (row >= p.N) return 1.0f;
+    return __ldg(p.scale_b + (k / kBlockwiseGroupK) * p.sb_stride_g + (row / kBlockwiseBlockN) * p.sb_stride_n);
   }
   template <typename Out>
   __device__ static void store(const BlockwiseParams& p, int64_t i, int64_t j, float acc) {

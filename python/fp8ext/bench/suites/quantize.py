@@ -104,9 +104,9 @@ def measure_small_m(timer: Timer, rounds: int) -> list[dict]:
     for K in SMALL_K:
         for M in SMALL_M:
             x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-            times = timed_or_failed(timer, {"empty_us": lambda: one.add_(1), "fp8ext_us": lambda: quantize_rowwise(x),
-                                            "read_us": lambda: torch.amax(x), "torch_us": lambda: torch_quantize_rowwise(x)},
-                                    rounds)
+            peers = {"empty_us": lambda: one.add_(1), "fp8ext_us": lambda: quantize_rowwise(x),
+                     "read_us": lambda: torch.amax(x), "torch_us": lambda: torch_quantize_rowwise(x)}
+            times = timed_or_failed(timer, peers, rounds)
             rows.append(small_m_row(M, K, times))
             print(f"small M {M}x{K}: fp8ext {times['fp8ext_us']} us, empty {times['empty_us']} us, ratio "
                   f"{rows[-1]['ratio_to_empty']}", flush=True)
