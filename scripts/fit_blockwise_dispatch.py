@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""Fit the block-wise dispatch's time model (csrc/sm90/blockwise_dispatch.h: t = a + b * W per tile kernel) on the
+"""Fit the block-wise dispatch's time model (csrc/sm90/blockwise_dispatch.h: t = a + b * W per kernel) on the
 tuning part of a blockwise bench record, and optionally write the fits to csrc/sm90/blockwise_cost_coeffs.inc.
 
     python -m fp8ext.bench --suite blockwise --all-kernels --json bw.json      # on the H200
     python scripts/fit_blockwise_dispatch.py bw.json [--write]                  # anywhere with a CUDA build
 
-Every tuning row of the record (DeepSeek-V3's layers) has each bf16 block-scaled kernel's time. Per tile kernel,
-a and b are fitted by least squares on the relative error, over the rows with M > 32 (smaller M goes to the
-decode kernels, by rule), W coming from the extension itself (the _blockwise_work op), so that the fit and the
-dispatch compute the same work. The fits are then scored by the dispatch's own picks (the
+Every tuning row of the record (DeepSeek-V3's layers) has each bf16 block-scaled kernel's time. Per kernel, a and
+b are fitted by least squares on the relative error, over every row the kernel computes (the decode kernels only
+M <= 32), W coming from the extension itself (the _blockwise_work op), so that the fit and the dispatch compute
+the same W: the serial work per SM of a tile kernel, the row-wise twin's predicted time of a decode kernel. Decode
+and tile kernels are thus compared in microseconds. The fits are then scored by the dispatch's own picks (the
 _selected_blockwise_kernel op with the trial fits): the geomean over the rows of the picked kernel's time / the
 fastest kernel's, and the worst row. Held-out rows are never read: they judge the fits, in the next run of the
 suite.
@@ -28,11 +29,10 @@ import fp8ext
 ROOT = Path(__file__).resolve().parent.parent
 COEFFS = ROOT / "csrc" / "sm90" / "blockwise_cost_coeffs.inc"
 MIN_A_US = 0.5  # a fixed cost below this is no launch's: the fit is held there
-DECODE_MAX_M = 32  # the decode kernels take M <= 32 by rule; those rows are not the tile kernels' to fit
 
 
 def tuning_rows(record: dict) -> list[dict]:
-    rows = [r for r in record["rows"] if r["split"] == "tune" and r.get("kernels_us") and r["M"] > DECODE_MAX_M]
+    rows = [r for r in record["rows"] if r["split"] == "tune" and r.get("kernels_us")]
     if not rows:
         raise SystemExit("the record has no tuning rows with per-kernel times: run the suite with --all-kernels")
     return rows
@@ -64,7 +64,7 @@ def fit(rows: list[dict], sm_count: int) -> dict[str, tuple[float, float]]:
     for name in names:
         points = [(work(name, r, sm_count), r["kernels_us"][name]) for r in rows
                   if isinstance(r["kernels_us"].get(name), (int, float))]
-        points = [(w, t) for w, t in points if w > 0]  # a decode kernel has no work term: not fitted
+        points = [(w, t) for w, t in points if w > 0]  # a decode kernel without its row-wise twin: not fitted
         if len(points) >= 2:
             out[name] = fit_kernel(points)
     return out
@@ -101,7 +101,8 @@ def score(rows: list[dict], flat_fits: list[float], sm_count: int) -> tuple[floa
 def write(fits: dict[str, tuple[float, float]], source: str, result: tuple[float, float]) -> None:
     lines = ["// Per-kernel fits {name, {a us, b us per MAC}} of the block-wise dispatch (blockwise_dispatch.h),",
              "// written by scripts/fit_blockwise_dispatch.py --write from the tuning part of",
-             f"// {source}: picked / fastest kernel geomean {result[0]:.4f}, worst {result[1]:.3f} (M > 32)."]
+             f"// {source}: picked / fastest kernel geomean {result[0]:.4f}, worst {result[1]:.3f} (all M).",
+             "// b is us per MAC for a tile kernel, us per us of the row-wise twin's prediction for a decode kernel."]
     lines += [f'{{"{n}", {{{a:.6g}, {b:.6g}}}}},' for n, (a, b) in sorted(fits.items())]
     COEFFS.write_text("\n".join(lines) + "\n")
 
@@ -118,9 +119,9 @@ def main() -> int:
     before = score(rows, [], sm_count)
     fits = fit(rows, sm_count)
     after = score(rows, trial_fits(fits, sm_count), sm_count)
-    print(f"{len(rows)} tuning rows with M > {DECODE_MAX_M}, {sm_count} SMs")
+    print(f"{len(rows)} tuning rows, {sm_count} SMs")
     for n, (a, b) in sorted(fits.items()):
-        print(f"  {n:36s} a {a:8.3f} us   b {b:.4g} us/MAC")
+        print(f"  {n:40s} a {a:8.3f} us   b {b:.4g}")
     print(f"compiled-in fits: picked / fastest geomean {before[0]:.4f}, worst {before[1]:.3f}")
     print(f"new fits:         picked / fastest geomean {after[0]:.4f}, worst {after[1]:.3f}")
     if args.write:

@@ -2,6 +2,7 @@
 CPU reference path against float64, bit-exact small-integer cases, opcheck and torch.compile on CPU; on the GPU
 every block-scaled kernel by name, the default dispatch, CUDA graphs and torch._scaled_mm on the same tensors."""
 import math
+import re
 
 import pytest
 import torch
@@ -162,7 +163,7 @@ def test_quantized_model_layer_end_to_end_cpu():
 
 
 def test_dispatch_fit_recovers_a_linear_time_model_and_scores_the_dispatch_own_picks():
-    # scripts/fit_blockwise_dispatch.py fits t = a + b W per tile kernel and scores fits by the dispatch's own
+    # scripts/fit_blockwise_dispatch.py fits t = a + b W per kernel and scores fits by the dispatch's own
     # selection (no GPU needed).
     if not fp8ext.blockwise_kernel_names():
         pytest.skip("a CPU-only build has no block-scaled kernels to pick from")
@@ -191,7 +192,15 @@ def test_dispatch_fit_recovers_a_linear_time_model_and_scores_the_dispatch_own_p
     assert fit.score([untimed], flat, 132) == (math.inf, math.inf)
     held = {"split": "heldout", "M": 512, "N": 1, "K": 16, "kernels_us": {"x": 1.0}}
     small = {"split": "tune", "M": 16, "N": 1, "K": 16, "kernels_us": {"x": 1.0}}
-    assert fit.tuning_rows({"rows": rows + [held, small]}) == rows
+    assert fit.tuning_rows({"rows": rows + [held, small]}) == rows + [small]
+    # A decode kernel's W is its row-wise twin's predicted microseconds, so decode and tile kernels compete in
+    # microseconds; above its largest M it is never picked.
+    decode = [k for k in fp8ext.blockwise_kernel_names() if k.endswith("_bf16") and "_gemv_" in k]
+    for k in decode:
+        assert fit.work(k, {"M": 1, "N": 4096, "K": 7168}, 132) > 0
+    flat = fit.trial_fits({k: (0.0, 1e-9) for k in decode}, 132)
+    assert torch.ops.fp8ext._selected_blockwise_kernel(1, 4096, 7168, torch.bfloat16, 132, False, flat) in decode
+    assert torch.ops.fp8ext._selected_blockwise_kernel(33, 4096, 7168, torch.bfloat16, 132, False, flat) not in decode
 
 
 # ---- GPU ----
@@ -247,6 +256,34 @@ def test_every_kernel_bit_exact_small_integers(name):
     assert torch.equal(out, reference(a, b, sa, sb).to(out_dtype))
 
 
+def _overlap_twin(name):
+    """The CUTLASS-mainloop kernel an `_ov_` kernel must match bit for bit: the same name without `_ov`, else the
+    same tile and schedule in a 1x1 cluster (a cluster changes which SM computes a tile, not the arithmetic)."""
+    names = _kernels()
+    twin = name.replace("_ov_", "_")
+    if twin not in names:
+        twin = re.sub(r"_c\dx\d_", "_c1x1_", twin)
+    return twin if twin in names else None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", [k for k in _kernels() if "_ov_" in k] or ["<none built>"])
+@pytest.mark.parametrize("M,N,K", [(17, 384, 100), (40, 272, 384), (300, 640, 1000), (1000, 1152, 7168)])
+def test_overlapped_mainloop_is_bit_identical_to_cutlass(name, M, N, K):
+    # overlap_blockwise_mainloop.cuh reorders when the scaling runs, not what it computes: on random operands
+    # (1, 3, 8 and 56 K tiles, so every path of its two-tile loop; K and M residues) it must equal CUTLASS's.
+    twin = _overlap_twin(name)
+    if twin is None:
+        pytest.skip(f"no CUTLASS-mainloop twin of {name} in this build")
+    a, b, sa, sb = random_blockwise_operands(M, N, K, device=DEV)
+    bias = torch.randn(N, device=DEV).to(torch.bfloat16)
+    with fp8ext.force_kernel(name):
+        out = fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
+    with fp8ext.force_kernel(twin):
+        ref = fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
+    assert torch.equal(out, ref), f"{name} differs from {twin}"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("M", [1, 7, 16, 31, 64, 100, 128, 384, 2048, 4100])
 def test_default_dispatch_against_float64(M):
@@ -261,11 +298,11 @@ def test_gemv_is_forced_only_where_it_computes():
     a, b, sa, sb = random_blockwise_operands(5, 256, 256, device=DEV)
     with fp8ext.force_kernel("bw_gemv_m4_bf16"), pytest.raises(RuntimeError, match="computes M <= 4, not M = 5"):
         fp8ext.scaled_mm(a, b, sa, sb)
-    # The decode kernels take M <= 32 where the build has them: the CUDA-core gemv only up to 4.
-    assert "_gemv_" in fp8ext.selected_blockwise_kernel(4, 256, 256)
+    # The dispatch picks a decode kernel only where it computes (the CUDA-core gemv up to M = 4, the tensor-core
+    # one up to 32), and at M = 1 on a large weight, where it is far faster than any tile kernel.
     assert fp8ext.selected_blockwise_kernel(5, 256, 256) != "bw_gemv_m4_bf16"
-    assert "_gemv_tc_" in fp8ext.selected_blockwise_kernel(32, 4096, 7168)
     assert "_gemv_" not in fp8ext.selected_blockwise_kernel(33, 4096, 7168)
+    assert "_gemv_" in fp8ext.selected_blockwise_kernel(1, 4096, 7168)
 
 
 @pytest.mark.gpu

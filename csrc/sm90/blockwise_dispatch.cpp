@@ -18,9 +18,10 @@ constexpr FitRow kFits[] = {
 #include "sm90/blockwise_cost_coeffs.inc"
 };
 
-// Datasheet-level defaults for a kernel without a fit: 8 us fixed, and one SM's share of about 900 dense fp8
-// TFLOP/s (132 SMs, 2 FLOP per MAC).
-constexpr BlockwiseFit kDefaultFit{8.0, 1.0 / (900e12 / 2 / 132) * 1e6};
+// Datasheet-level defaults for a tile kernel without a fit: 8 us fixed, and one SM's share of about 900 dense fp8
+// TFLOP/s (132 SMs, 2 FLOP per MAC). A decode kernel without a fit takes its row-wise twin's time as it is.
+constexpr BlockwiseFit kDefaultTileFit{8.0, 1.0 / (900e12 / 2 / 132) * 1e6};
+constexpr BlockwiseFit kDefaultDecodeFit{0.0, 1.0};
 
 const BlockwiseFit* own_fit(std::string_view name) {
   for (const FitRow& r : kFits) {
@@ -31,13 +32,16 @@ const BlockwiseFit* own_fit(std::string_view name) {
 
 std::atomic<const BlockwiseKernelEntry*> g_forced{nullptr};
 
-// A decode kernel's predicted microseconds, scaled far below any tile kernel's: where one applies it is taken.
-constexpr double kDecodeScale = 1e-9;
-
 }  // namespace
 
 double blockwise_work(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K, int sm_count) {
-  if (t.schedule == Schedule::kGemv || sm_count <= 0) return 0.0;
+  if (sm_count <= 0) return 0.0;
+  if (t.schedule == Schedule::kGemv) {
+    const KernelEntry* twin = t.rowwise_twin != nullptr ? find_kernel(t.rowwise_twin) : nullptr;
+    if (twin == nullptr) return 0.0;  // a subset build without the twin: no prediction
+    const int out_bytes = t.out == OutType::kFP32 ? 4 : 2;
+    return estimate(*twin, CostProblem{M, N, K, out_bytes, sm_count}).us;
+  }
   const int64_t mma_m = t.swap_ab ? N : M, mma_n = t.swap_ab ? M : N;
   const int64_t tiles = ((mma_m + t.tile_m - 1) / t.tile_m) * ((mma_n + t.tile_n - 1) / t.tile_n);
   const double tile_macs = static_cast<double>(t.tile_m) * t.tile_n * static_cast<double>(K);
@@ -53,23 +57,17 @@ BlockwiseFit blockwise_fit(const BlockwiseKernelEntry& kernel) {
     twin = twin.substr(0, at) + "_bf16";
     if (const BlockwiseFit* f = own_fit(twin)) return *f;
   }
-  return kDefaultFit;
+  return kernel.traits.schedule == Schedule::kGemv ? kDefaultDecodeFit : kDefaultTileFit;
 }
 
 double blockwise_predicted_us(const BlockwiseKernelEntry& kernel, int64_t M, int64_t N, int64_t K, OutType out,
                               int sm_count, const BlockwiseFit* fit) {
   const BlockwiseTraits& t = kernel.traits;
   if (t.out != out || sm_count <= 0 || (t.max_m > 0 && M > t.max_m)) return -1.0;
-  if (t.schedule == Schedule::kGemv) {
-    // Ranked by the row-wise twin's predicted microseconds; a subset build without the twin ranks it last among
-    // the decode kernels.
-    const KernelEntry* twin = t.rowwise_twin != nullptr ? find_kernel(t.rowwise_twin) : nullptr;
-    const int out_bytes = out == OutType::kFP32 ? 4 : 2;
-    const double us = twin != nullptr ? estimate(*twin, CostProblem{M, N, K, out_bytes, sm_count}).us : 1e6;
-    return kDecodeScale * us;
-  }
+  const double w = blockwise_work(t, M, N, K, sm_count);
+  if (t.schedule == Schedule::kGemv && w <= 0.0) return -1.0;  // no twin to predict it from: never picked
   const BlockwiseFit f = fit != nullptr ? *fit : blockwise_fit(kernel);
-  return f.a_us + f.b_us_per_mac * blockwise_work(t, M, N, K, sm_count);
+  return f.a_us + f.b_us_per_mac * w;
 }
 
 const BlockwiseKernelEntry* select_blockwise_kernel(int64_t M, int64_t N, int64_t K, OutType out, int sm_count,

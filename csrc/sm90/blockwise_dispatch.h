@@ -1,20 +1,19 @@
 // Which block-scaled kernel (blockwise_gemm.h) computes a call: a kernel forced by name, else the one predicted
 // fastest. Plain C++: no CUTLASS, no libtorch.
 //
-// The decode kernels (bw_gemv_m4_* for M <= 4, bw_gemv_tc_* for M <= 32) come first where they apply: they put
-// every SM on the weight, which the tile kernels cannot at small M. Among them, the row-wise cost model
-// (cost_model.h) ranks each by its row-wise twin's predicted time (the same loads and MMAs, the scales placed
-// differently).
-//
-// A tile kernel's time is predicted as t = a + b * W [microseconds], with a and b fitted per kernel
-// (blockwise_cost_coeffs.inc) and W its serial work per SM in MACs, padded tiles included (every tile runs its
-// whole K):
-//   data-parallel: ceil(tiles / SMs) * tile_m * tile_n * K       (whole waves; a partial wave costs a full one)
-//   stream-K:      tiles * tile_m * tile_n * K / SMs              (K split evenly; b carries the fix-up)
-// b is the kernel's time per MAC on one SM: it holds the wgmma shape's efficiency and the mainloop's per-group
-// promotion cost, which differ per tile and schedule; a its fixed cost. Kernels without a fit borrow the bf16
-// kernel of the same tile, else datasheet-level defaults. scripts/fit_blockwise_dispatch.py fits them on the
-// tuning part of the blockwise suite (DeepSeek-V3's layers, every kernel timed); the zoo's held-out rows judge them.
+// Every kernel's time is predicted as t = a + b * W [microseconds], with a and b fitted per kernel
+// (blockwise_cost_coeffs.inc), and the fastest prediction is taken. W is
+//   tile kernels, data-parallel: ceil(tiles / SMs) * tile_m * tile_n * K   (MACs of serial work per SM, padded
+//                                                                           tiles and whole waves included)
+//   tile kernels, stream-K:      tiles * tile_m * tile_n * K / SMs          (K split evenly; b carries the fix-up)
+//   decode kernels (bw_gemv_m4_* for M <= 4, bw_gemv_tc_* for M <= 32): the predicted microseconds of the
+//                                kernel's row-wise twin (the same loads and MMAs, the scales placed differently)
+//                                by the row-wise cost model (cost_model.h); b is then a dimensionless ratio.
+// For a tile kernel b is its time per MAC on one SM: it holds the wgmma shape's efficiency and the mainloop's
+// per-group scaling cost, which differ per tile and schedule; a its fixed cost. Kernels without a fit borrow the
+// bf16 kernel of the same tile, else defaults (datasheet-level for tiles, the twin's time as it is for decode).
+// scripts/fit_blockwise_dispatch.py fits them on the tuning part of the blockwise suite (DeepSeek-V3's layers,
+// every kernel timed, every M); the zoo's held-out rows judge them.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +29,7 @@ struct BlockwiseFit {
   double b_us_per_mac;  // per MAC of serial work on one SM
 };
 
-// W of the formula above for a tile kernel (0 for a decode kernel).
+// W of the formula above (0 for a decode kernel whose row-wise twin was not built: it is then never picked).
 double blockwise_work(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K, int sm_count);
 
 // The fit a kernel uses: its own row of blockwise_cost_coeffs.inc, its bf16 twin's, or the defaults.

@@ -50,15 +50,20 @@
 #include "sm90/cutlass_common.cuh"
 #include "sm90/gemm_params.h"
 #include "sm90/kernel_config.h"
+#include "sm90/overlap_blockwise_mainloop.cuh"
 
 namespace fp8ext::sm90 {
 
 // The compile-time description of one block-scaled kernel. Tile and cluster in the MMA's frame (kernel_config.h).
-template <int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Schedule Sched, OutType Out, bool SwapAB>
+// Overlap: the mainloop of overlap_blockwise_mainloop.cuh (the same sums, with the scaling of one K tile
+// overlapped with the next tile's wgmmas) in place of CUTLASS's.
+template <int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Schedule Sched, OutType Out, bool SwapAB,
+          bool Overlap = false>
 struct BlockwiseConfig : TileAndCluster<TileM, TileN, TileK, ClusterM, ClusterN> {
   static constexpr Schedule kSchedule = Sched;
   static constexpr OutType kOut = Out;
   static constexpr bool kSwapAB = SwapAB;
+  static constexpr bool kOverlap = Overlap;
   static_assert(Sched == Schedule::kCooperative || Sched == Schedule::kPingpong || Sched == Schedule::kStreamK,
                 "the blockwise mainloop has cooperative and pingpong kernels (stream-K is cooperative)");
   // One scale group per K tile: the collective's promotion interval is then exactly one K tile (4 wgmma k-blocks
@@ -66,7 +71,7 @@ struct BlockwiseConfig : TileAndCluster<TileM, TileN, TileK, ClusterM, ClusterN>
   static_assert(TileK == kBlockwiseGroupK, "TileK must equal the scale group along K");
 
   static constexpr BlockwiseTraits traits() {
-    return BlockwiseTraits{TileM, TileN, TileK, ClusterM, ClusterN, Sched, Out, SwapAB};
+    return BlockwiseTraits{TileM, TileN, TileK, ClusterM, ClusterN, Sched, Out, SwapAB, 0, nullptr, Overlap};
   }
 };
 
@@ -164,12 +169,15 @@ struct BlockwiseGemm {
       kAlignmentD, EpilogueSchedule, typename Epilogue::EVT>::CollectiveOp;
 
   // The builder takes each operand's layout paired with its scale layout.
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using CutlassMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, cute::tuple<LayoutA, LayoutSFA>, kAlignmentAB,
       ElementB, cute::tuple<LayoutB, LayoutSFB>, kAlignmentAB, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       KernelSchedule>::CollectiveOp;
+  // Overlap kernels keep CUTLASS's collective for everything but the MMA loop.
+  using CollectiveMainloop =
+      cute::conditional_t<Config::kOverlap, OverlapBlockwiseMainloop<CutlassMainloop>, CutlassMainloop>;
   // The runtime strides must reach the cp.async path; a TMA scale load would silently demand aligned strides.
   static_assert(!CollectiveMainloop::IsTmaLoadSFA && !CollectiveMainloop::IsTmaLoadSFB,
                 "scales must be loaded with cp.async through runtime strides");

@@ -60,6 +60,7 @@ struct BlockwiseTraits {
   // A decode kernel's row-wise counterpart (the same kernel with the scales at the store), whose time the
   // row-wise cost model predicts for the dispatch (blockwise_dispatch.h); nullptr for the CUTLASS kernels.
   const char* rowwise_twin = nullptr;
+  bool overlap = false;  // the scaling overlapped with the next K tile's MMAs (overlap_blockwise_mainloop.cuh)
 };
 
 using BlockwiseLaunchFn = LaunchResult (*)(const BlockwiseParams&);
