@@ -2,6 +2,8 @@
 #include "sm90/blockwise_dispatch.h"
 
 #include <atomic>
+#include <cmath>
+#include <limits>
 #include <string>
 
 #include "sm90/cost_model.h"
@@ -18,8 +20,9 @@ constexpr FitRow kFits[] = {
 #include "sm90/blockwise_cost_coeffs.inc"
 };
 
-// Datasheet-level defaults for a tile kernel without a fit: 8 us fixed, and one SM's share of about 900 dense fp8
-// TFLOP/s (132 SMs, 2 FLOP per MAC). A decode kernel without a fit takes its row-wise twin's time as it is.
+// Defaults for a kernel without a fit, used only where no fitted kernel computes the call: for a tile kernel 8 us
+// fixed and one SM's share of about 900 dense fp8 TFLOP/s (132 SMs, 2 FLOP per MAC); a decode kernel takes its
+// row-wise twin's time as it is.
 constexpr BlockwiseFit kDefaultTileFit{8.0, 1.0 / (900e12 / 2 / 132) * 1e6};
 constexpr BlockwiseFit kDefaultDecodeFit{0.0, 1.0};
 
@@ -57,7 +60,8 @@ BlockwiseFit blockwise_fit(const BlockwiseKernelEntry& kernel) {
     twin = twin.substr(0, at) + "_bf16";
     if (const BlockwiseFit* f = own_fit(twin)) return *f;
   }
-  return kernel.traits.schedule == Schedule::kGemv ? kDefaultDecodeFit : kDefaultTileFit;
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  return BlockwiseFit{kNaN, kNaN};
 }
 
 double blockwise_predicted_us(const BlockwiseKernelEntry& kernel, int64_t M, int64_t N, int64_t K, OutType out,
@@ -66,27 +70,31 @@ double blockwise_predicted_us(const BlockwiseKernelEntry& kernel, int64_t M, int
   if (t.out != out || sm_count <= 0 || (t.max_m > 0 && M > t.max_m)) return -1.0;
   const double w = blockwise_work(t, M, N, K, sm_count);
   if (t.schedule == Schedule::kGemv && w <= 0.0) return -1.0;  // no twin to predict it from: never picked
-  const BlockwiseFit f = fit != nullptr ? *fit : blockwise_fit(kernel);
+  BlockwiseFit f = fit != nullptr ? *fit : blockwise_fit(kernel);
+  if (!f.fitted()) f = t.schedule == Schedule::kGemv ? kDefaultDecodeFit : kDefaultTileFit;
   return f.a_us + f.b_us_per_mac * w;
 }
 
 const BlockwiseKernelEntry* select_blockwise_kernel(int64_t M, int64_t N, int64_t K, OutType out, int sm_count,
                                                     bool allow_workspace, const std::vector<BlockwiseFit>* fits) {
   const std::vector<BlockwiseKernelEntry>& kernels = all_blockwise_kernels();
-  const BlockwiseKernelEntry* best = nullptr;
-  double best_us = 0.0;
+  // The fastest fitted kernel; the unfitted ones (a kernel not yet timed on the tuning rows) only where no fitted
+  // kernel computes the call.
+  const BlockwiseKernelEntry* best[2] = {nullptr, nullptr};  // [fitted, unfitted]
+  double best_us[2] = {0.0, 0.0};
   for (size_t i = 0; i < kernels.size(); ++i) {
     const BlockwiseKernelEntry& k = kernels[i];
     if (!allow_workspace && k.traits.schedule == Schedule::kStreamK) continue;
     const BlockwiseFit* fit = fits != nullptr && i < fits->size() ? &(*fits)[i] : nullptr;
     const double us = blockwise_predicted_us(k, M, N, K, out, sm_count, fit);
     if (us < 0.0) continue;
-    if (best == nullptr || us < best_us) {  // ties: the first by name, so the choice is stable
-      best = &k;
-      best_us = us;
+    const int u = (fit != nullptr ? fit->fitted() : blockwise_fit(k).fitted()) ? 0 : 1;
+    if (best[u] == nullptr || us < best_us[u]) {  // ties: the first by name, so the choice is stable
+      best[u] = &k;
+      best_us[u] = us;
     }
   }
-  return best;
+  return best[0] != nullptr ? best[0] : best[1];
 }
 
 const BlockwiseKernelEntry* forced_blockwise_kernel() { return g_forced.load(); }

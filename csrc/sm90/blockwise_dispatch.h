@@ -11,11 +11,13 @@
 //                                by the row-wise cost model (cost_model.h); b is then a dimensionless ratio.
 // For a tile kernel b is its time per MAC on one SM: it holds the wgmma shape's efficiency and the mainloop's
 // per-group scaling cost, which differ per tile and schedule; a its fixed cost. Kernels without a fit borrow the
-// bf16 kernel of the same tile, else defaults (datasheet-level for tiles, the twin's time as it is for decode).
+// bf16 kernel of the same tile. A kernel with neither (one added since the last fit) is taken only where no fitted
+// kernel computes the call, with defaults (datasheet-level for tiles, the twin's time as it is for decode).
 // scripts/fit_blockwise_dispatch.py fits them on the tuning part of the blockwise suite (DeepSeek-V3's layers,
 // every kernel timed, every M); the zoo's held-out rows judge them.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -25,14 +27,16 @@
 namespace fp8ext::sm90 {
 
 struct BlockwiseFit {
-  double a_us;       // fixed cost
-  double b_us_per_mac;  // per MAC of serial work on one SM
+  double a_us;          // fixed cost
+  double b_us_per_mac;  // per MAC of serial work on one SM (per predicted us of the row-wise twin for decode)
+  // NaN marks a kernel without a fit: the dispatch takes it only where no fitted kernel computes the call.
+  bool fitted() const { return std::isfinite(a_us) && std::isfinite(b_us_per_mac); }
 };
 
 // W of the formula above (0 for a decode kernel whose row-wise twin was not built: it is then never picked).
 double blockwise_work(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K, int sm_count);
 
-// The fit a kernel uses: its own row of blockwise_cost_coeffs.inc, its bf16 twin's, or the defaults.
+// The fit a kernel uses: its own row of blockwise_cost_coeffs.inc, its bf16 twin's, or none (NaN, not fitted).
 BlockwiseFit blockwise_fit(const BlockwiseKernelEntry& kernel);
 
 // The predicted time of `kernel` on the call, or a negative value where it does not compute it (another output

@@ -24,6 +24,8 @@
 #include <cutlass/cutlass.h>
 #include <cutlass/gemm/collective/collective_builder.hpp>
 
+#include "sm90/overlap_k_loop.cuh"
+
 namespace fp8ext::sm90 {
 
 template <class Base>
@@ -42,51 +44,20 @@ struct OverlapPromotionMainloop : Base {
     using namespace cute;
     static_assert(is_rmem<FrgTensorC>::value, "the accumulator must be in registers");
 
-    Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});  // (BLK_M, BLK_K, PIPE)
-    Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});  // (BLK_N, BLK_K, PIPE)
-
-    constexpr int kMmaWarpGroups = size(TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
-    Layout warp_group_thread_layout = make_layout(Int<kMmaWarpGroups>{}, Int<cutlass::NumThreadsPerWarpGroup>{});
-    const int warp_group_idx = __shfl_sync(0xFFFFFFFF, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
-
     TiledMma tiled_mma;
-    auto thread_mma = tiled_mma.get_slice(warp_group_thread_layout(warp_group_idx));
-    Tensor tCrA = thread_mma.make_fragment_A(thread_mma.partition_A(sA));  // (MMA, MMA_M, MMA_K, PIPE)
-    Tensor tCrB = thread_mma.make_fragment_B(thread_mma.partition_B(sB));  // (MMA, MMA_N, MMA_K, PIPE)
-    constexpr int kBlocksPerTile = decltype(size<2>(tCrA))::value;
+    auto fragments = overlap::operand_fragments<TiledMma, SmemLayoutA, SmemLayoutB>(tiled_mma, thread_idx,
+                                                                                      shared_tensors);
+    auto& tCrA = get<0>(fragments);  // (MMA, MMA_M, MMA_K, PIPE)
+    auto& tCrB = get<1>(fragments);  // (MMA, MMA_N, MMA_K, PIPE)
 
-    // The two partial-sum fragments (P_t of the header) and the fp32 sum. Every register the loop uses holds a
-    // defined value before the first wgmma: a wgmma names its accumulator as an input too, and left undefined
-    // the compiler materialises those (ignored) inputs where it likes, which made ptxas inject a wait (C7517).
+    // The two partial-sum fragments (P_t of the header) and the fp32 sum, cleared (overlap_k_loop.cuh).
     auto part0 = make_fragment_like(accum);
     auto part1 = make_fragment_like(accum);
-    clear(accum);
-    clear(part0);
-    clear(part1);
-    warpgroup_fence_operand(accum);
-    warpgroup_fence_operand(part0);
-    warpgroup_fence_operand(part1);
+    overlap::clear_fragments(accum, part0, part1);
     if (k_tile_count <= 0) return;
 
     PipelineState smem_pipe_release = smem_pipe_read;
-
-    // Wait for the next K tile's operands and issue its wgmmas into `part`; the first one overwrites `part`
-    // (ScaleOut::Zero), so a partial needs no clearing.
-    auto issue = [&](auto& part) {
-      auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
-      pipeline.consumer_wait(smem_pipe_read, barrier_token);
-      const int read_stage = smem_pipe_read.index();
-      tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
-      warpgroup_fence_operand(part);
-      warpgroup_arrive();
-      CUTLASS_PRAGMA_UNROLL
-      for (int k_block = 0; k_block < kBlocksPerTile; ++k_block) {
-        cute::gemm(tiled_mma, tCrA(_, _, k_block, read_stage), tCrB(_, _, k_block, read_stage), part);
-        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
-      }
-      warpgroup_commit_batch();
-      ++smem_pipe_read;
-    };
+    auto issue = [&](auto& part) { overlap::issue_k_tile(pipeline, smem_pipe_read, tiled_mma, tCrA, tCrB, part); };
     // Add a finished partial into the fp32 sum (the caller has waited for its wgmmas). The fences pin the adds
     // between that wait and the next issue: without the second one the compiler sinks them below the next
     // wgmma into the same fragment, keeps the old partial alive in a copy, and ptxas then serializes every
@@ -102,34 +73,7 @@ struct OverlapPromotionMainloop : Base {
       pipeline.consumer_release(smem_pipe_release);
       ++smem_pipe_release;
     };
-
-    issue(part0);
-    int remaining = k_tile_count - 1;
-    // Two tiles per trip so that which fragment is which stays a compile-time fact (registers cannot be
-    // indexed at run time).
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (; remaining >= 2; remaining -= 2) {
-      issue(part1);
-      warpgroup_wait<1>();  // part0's batch is complete; part1's may still run
-      promote(part0);
-      release();
-      issue(part0);
-      warpgroup_wait<1>();
-      promote(part1);
-      release();
-    }
-    if (remaining == 1) {
-      issue(part1);
-      warpgroup_wait<1>();
-      promote(part0);
-      release();
-      warpgroup_wait<0>();
-      promote(part1);
-    } else {
-      warpgroup_wait<0>();
-      promote(part0);
-    }
-    // The last tile's stage is released by mma_tail(), as in CUTLASS's collective.
+    overlap::run_two_fragment_loop(k_tile_count, part0, part1, issue, [] {}, promote, release);
   }
 };
 

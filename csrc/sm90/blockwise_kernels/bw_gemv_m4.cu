@@ -50,17 +50,18 @@ LaunchResult launch_blockwise_gemv(const BlockwiseParams& p) {
 
 size_t no_workspace(const BlockwiseParams&) { return 0; }
 
-constexpr BlockwiseTraits gemv_traits(OutType out) {
-  return BlockwiseTraits{0, 0, 0, 1, 1, Schedule::kGemv, out, false, gemv::kMaxM};
+// rowwise_twin: the row-wise kernel of the same loads (gemv_rowwise.cu), whose predicted time the dispatch uses.
+constexpr BlockwiseTraits gemv_traits(OutType out, const char* rowwise_twin) {
+  return BlockwiseTraits{0, 0, 0, 1, 1, Schedule::kGemv, out, false, gemv::kMaxM, rowwise_twin};
 }
 
 const bool kRegistered =
-    register_blockwise_kernel({"bw_gemv_m4_bf16", gemv_traits(OutType::kBF16), &launch_blockwise_gemv<__nv_bfloat16>,
-                               &no_workspace}) &&
-    register_blockwise_kernel({"bw_gemv_m4_fp16", gemv_traits(OutType::kFP16), &launch_blockwise_gemv<__half>,
-                               &no_workspace}) &&
-    register_blockwise_kernel({"bw_gemv_m4_fp32", gemv_traits(OutType::kFP32), &launch_blockwise_gemv<float>,
-                               &no_workspace});
+    register_blockwise_kernel({"bw_gemv_m4_bf16", gemv_traits(OutType::kBF16, "gemv_m4_precise_bf16"),
+                               &launch_blockwise_gemv<__nv_bfloat16>, &no_workspace}) &&
+    register_blockwise_kernel({"bw_gemv_m4_fp16", gemv_traits(OutType::kFP16, "gemv_m4_precise_fp16"),
+                               &launch_blockwise_gemv<__half>, &no_workspace}) &&
+    register_blockwise_kernel({"bw_gemv_m4_fp32", gemv_traits(OutType::kFP32, "gemv_m4_precise_fp32"),
+                               &launch_blockwise_gemv<float>, &no_workspace});
 
 }  // namespace
 }  // namespace fp8ext::sm90
