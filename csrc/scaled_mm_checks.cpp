@@ -56,8 +56,8 @@ ScaleKind check_scale(const TensorMeta& s, const char* arg, const ScaledMmProble
   if (s.numel() == 1) return ScaleKind::kTensor;
   const int64_t len = is_a ? p.M : p.N;
   const char* len_name = is_a ? "M" : "N";
-  const int64_t groups = (p.K + kBlockK - 1) / kBlockK;
-  const int64_t blocks_n = (p.N + kBlockN - 1) / kBlockN;
+  const int64_t groups = p.groups_k();
+  const int64_t blocks_n = p.blocks_n();
   // Row-wise: (len, 1) or (len,) for scale_a; (1, len) or (len,) for scale_b.
   const bool vector_1d = s.dim() == 1 && s.size(0) == len;
   const bool vector_2d = s.dim() == 2 && (is_a ? (s.size(0) == len && s.size(1) == 1)
@@ -126,7 +126,7 @@ ScaledMmProblem check_scaled_mm_meta(const TensorMeta& a, const TensorMeta& b, c
   const ScaleKind kind_a = check_scale(scale_a, "scale_a", p, /*is_a=*/true, a);
   const ScaleKind kind_b = check_scale(scale_b, "scale_b", p, /*is_a=*/false, a);
   // Block-wise takes both scales block-wise; with one K group (K <= 128), scale_a's (M, 1) is its block form.
-  const int64_t groups = (p.K + kBlockK - 1) / kBlockK;
+  const int64_t groups = p.groups_k();
   const bool a_block_form = kind_a == ScaleKind::kBlock || (groups == 1 && scale_a.dim() == 2 &&
                                                             scale_a.size(0) == p.M && scale_a.size(1) == 1);
   p.blockwise = kind_a == ScaleKind::kBlock || kind_b == ScaleKind::kBlock;
@@ -134,7 +134,7 @@ ScaledMmProblem check_scaled_mm_meta(const TensorMeta& a, const TensorMeta& b, c
     FP8EXT_CHECK_ARG(a_block_form && kind_b == ScaleKind::kBlock, "scale_a, scale_b",
                      "block-wise scaling needs both scales block-wise: scale_a of shape (M, ceil(K / 128)) = (", p.M,
                      ", ", groups, ") and scale_b of shape (ceil(K / 128), ceil(N / 128)) = (", groups, ", ",
-                     (p.N + kBlockN - 1) / kBlockN, "), got ", shape_str(scale_a.sizes()), " and ",
+                     p.blocks_n(), "), got ", shape_str(scale_a.sizes()), " and ",
                      shape_str(scale_b.sizes()));
     FP8EXT_CHECK_ARG(a.scalar_type() == ScalarType::Float8_e4m3fn && b.scalar_type() == ScalarType::Float8_e4m3fn,
                      "a, b", "block-wise scaling takes torch.float8_e4m3fn operands only, got a ",

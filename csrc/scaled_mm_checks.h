@@ -10,6 +10,9 @@
 
 namespace fp8ext {
 
+constexpr int64_t kBlockK = 128;  // K elements per block-wise scale group (a) and block (b)
+constexpr int64_t kBlockN = 128;  // N elements per block-wise scale block of b
+
 // What validation learned about a call, so the backends need not re-derive it.
 struct ScaledMmProblem {
   int64_t M = 0, N = 0, K = 0;
@@ -21,6 +24,8 @@ struct ScaledMmProblem {
   ScalarType out_dtype = ScalarType::BFloat16;
 
   bool tensorwise() const { return !blockwise && !scale_a_per_row && !scale_b_per_col; }
+  int64_t groups_k() const { return (K + kBlockK - 1) / kBlockK; }  // G above
+  int64_t blocks_n() const { return (N + kBlockN - 1) / kBlockN; }  // H above
 };
 
 // What validation reads of a tensor: a real one's (tensor_meta in scaled_mm.h), or the numbers the fake
@@ -47,9 +52,6 @@ struct TensorMeta {
   DeviceMeta device() const { return dev; }
   int64_t storage_offset() const { return offset; }
 };
-
-constexpr int64_t kBlockK = 128;  // K elements per block-wise scale group (a) and block (b)
-constexpr int64_t kBlockN = 128;  // N elements per block-wise scale block of b
 
 // Checks every argument against the contract in README.md ("The op") and throws (op_errors.h) naming the argument,
 // what was expected and what was given. Runs before anything is allocated or launched.

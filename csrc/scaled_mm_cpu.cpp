@@ -60,7 +60,7 @@ Tensor scaled_mm_empty_k(const Tensor& a, const std::optional<Tensor>& bias, con
 Tensor scaled_mm_reference_blockwise(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                                      const std::optional<Tensor>& bias, const ScaledMmProblem& problem) {
   const int64_t M = problem.M, N = problem.N, K = problem.K;
-  const int64_t groups = (K + kBlockK - 1) / kBlockK;
+  const int64_t groups = problem.groups_k();
   constexpr int64_t kBudget = kReferenceChunkBytes / static_cast<int64_t>(sizeof(float));
   const int64_t cols = std::min(std::max<int64_t>(kBudget / 2 / (K + groups) / kBlockN, 1) * kBlockN, N);
   const int64_t rows = std::clamp<int64_t>((kBudget - (K + groups) * cols) / (K + 3 * cols), 1, M);

@@ -137,25 +137,21 @@ bool stream_is_capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-// The kernel parameters of one call; `out` is the [M, N] result, already allocated.
-sm90::GemmParams gemm_params(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
-                             const std::optional<Tensor>& bias, const ScaledMmProblem& problem, const Tensor& out,
-                             int sm_count, cudaStream_t stream) {
-  sm90::GemmParams p;
+// What both kernel families' parameters hold alike (sm90/gemm_params.h, sm90/blockwise_gemm.h): the problem, the
+// operands, the output (`out`, the [M, N] result, already allocated), the bias and where to run.
+template <class Params>
+Params common_params(const Tensor& a, const Tensor& b, const std::optional<Tensor>& bias,
+                     const ScaledMmProblem& problem, const Tensor& out, int sm_count, cudaStream_t stream) {
+  Params p;
   p.M = problem.M;
   p.N = problem.N;
   p.K = problem.K;
   p.a = a.data_ptr();
   p.lda = problem.M == 1 ? problem.K : a.stride(0);  // a size-1 dimension's stride is never used
-  p.a_is_e5m2 = a.scalar_type() == ScalarType::Float8_e5m2;
   p.b = b.data_ptr();
   p.ldb = b.stride(1);
   p.out = out.data_ptr();
   p.ldo = problem.N;
-  p.scale_a = static_cast<const float*>(scale_a.data_ptr());
-  p.scale_a_per_row = problem.scale_a_per_row;
-  p.scale_b = static_cast<const float*>(scale_b.data_ptr());
-  p.scale_b_per_col = problem.scale_b_per_col;
   p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
   p.device_id = a.get_device_index();
   p.sm_count = sm_count;
@@ -163,10 +159,25 @@ sm90::GemmParams gemm_params(const Tensor& a, const Tensor& b, const Tensor& sca
   return p;
 }
 
+// The row-wise kernel parameters of one call.
+sm90::GemmParams gemm_params(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                             const std::optional<Tensor>& bias, const ScaledMmProblem& problem, const Tensor& out,
+                             int sm_count, cudaStream_t stream) {
+  auto p = common_params<sm90::GemmParams>(a, b, bias, problem, out, sm_count, stream);
+  p.a_is_e5m2 = a.scalar_type() == ScalarType::Float8_e5m2;
+  p.scale_a = static_cast<const float*>(scale_a.data_ptr());
+  p.scale_a_per_row = problem.scale_a_per_row;
+  p.scale_b = static_cast<const float*>(scale_b.data_ptr());
+  p.scale_b_per_col = problem.scale_b_per_col;
+  return p;
+}
+
 // Launches one kernel. Only the stream-K kernels need a workspace; it comes from the caching allocator, never
 // cudaMalloc, and dispatch keeps those kernels out of CUDA-graph capture unless one is forced by name.
-// `like` is any tensor on the call's device.
-sm90::LaunchResult launch(const sm90::KernelEntry& kernel, sm90::GemmParams p, const Tensor& like) {
+// `like` is any tensor on the call's device. For both families (KernelEntry with GemmParams, BlockwiseKernelEntry
+// with BlockwiseParams).
+template <class Entry, class Params>
+sm90::LaunchResult launch(const Entry& kernel, Params p, const Tensor& like) {
   std::optional<Tensor> workspace;
   p.workspace_bytes = kernel.workspace_size(p);
   if (p.workspace_bytes > 0) {
@@ -336,16 +347,7 @@ Tensor run_sm90(const Tensor& a, const Tensor& b, const Tensor& scale_a, const T
 sm90::BlockwiseParams blockwise_params(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                                        const std::optional<Tensor>& bias, const ScaledMmProblem& problem,
                                        const Tensor& out, int sm_count, cudaStream_t stream) {
-  sm90::BlockwiseParams p;
-  p.M = problem.M;
-  p.N = problem.N;
-  p.K = problem.K;
-  p.a = a.data_ptr();
-  p.lda = problem.M == 1 ? problem.K : a.stride(0);
-  p.b = b.data_ptr();
-  p.ldb = b.stride(1);
-  p.out = out.data_ptr();
-  p.ldo = problem.N;
+  auto p = common_params<sm90::BlockwiseParams>(a, b, bias, problem, out, sm_count, stream);
   // Validation admits any strides; scale_a may be (M, 1) (one K group), whose column stride is never used.
   p.scale_a = static_cast<const float*>(scale_a.data_ptr());
   p.sa_stride_m = scale_a.stride(0);
@@ -353,10 +355,6 @@ sm90::BlockwiseParams blockwise_params(const Tensor& a, const Tensor& b, const T
   p.scale_b = static_cast<const float*>(scale_b.data_ptr());
   p.sb_stride_g = scale_b.stride(0);
   p.sb_stride_n = scale_b.stride(1);
-  p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
-  p.device_id = a.get_device_index();
-  p.sm_count = sm_count;
-  p.stream = stream;
   return p;
 }
 
@@ -388,15 +386,9 @@ Tensor run_blockwise(const Tensor& a, const Tensor& b, const Tensor& scale_a, co
     return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
   }
   Tensor out = st::new_empty(a, {problem.M, problem.N}, problem.out_dtype);
-  sm90::BlockwiseParams p =
+  const sm90::BlockwiseParams p =
       blockwise_params(a, b, scale_a, scale_b, bias, problem, out, props.multiProcessorCount, stream);
-  std::optional<Tensor> workspace;  // stream-K's partial sums, from the caching allocator
-  p.workspace_bytes = kernel->workspace_size(p);
-  if (p.workspace_bytes > 0) {
-    workspace = st::new_empty(a, {static_cast<int64_t>(p.workspace_bytes)}, ScalarType::Byte);
-    p.workspace = workspace->data_ptr();
-  }
-  const sm90::LaunchResult r = kernel->launch(p);
+  const sm90::LaunchResult r = launch(*kernel, p, a);  // stream-K's workspace from the caching allocator
   FP8EXT_CHECK(r.ok, "fp8ext.scaled_mm: CUTLASS kernel '", kernel->name, "' failed at ", r.stage, ": ", r.detail,
                " (M=", problem.M, ", N=", problem.N, ", K=", problem.K, ", lda=", p.lda, ", ldb=", p.ldb,
                ", block-wise scales)");
