@@ -59,7 +59,8 @@ def fit_kernel(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def fit(rows: list[dict], sm_count: int) -> dict[str, tuple[float, float]]:
-    names = sorted({k for r in rows for k in r["kernels_us"]})
+    built = set(fp8ext.blockwise_kernel_names())  # a kernel timed then but no longer built gets no fit
+    names = sorted({k for r in rows for k in r["kernels_us"]} & built)
     out = {}
     for name in names:
         points = [(work(name, r, sm_count), r["kernels_us"][name]) for r in rows
@@ -86,8 +87,9 @@ def score(rows: list[dict], flat_fits: list[float], sm_count: int) -> tuple[floa
     """(geomean, worst) of the picked kernel's time / the fastest timed kernel's, over the rows; a pick that was not
     timed (it failed) disqualifies the fits."""
     logs, worst = [], 0.0
+    built = set(fp8ext.blockwise_kernel_names())
     for r in rows:
-        times = {k: t for k, t in r["kernels_us"].items() if isinstance(t, (int, float))}
+        times = {k: t for k, t in r["kernels_us"].items() if isinstance(t, (int, float)) and k in built}
         pick = torch.ops.fp8ext._selected_blockwise_kernel(r["M"], r["N"], r["K"], torch.bfloat16, sm_count, False,
                                                            flat_fits)
         if pick not in times:

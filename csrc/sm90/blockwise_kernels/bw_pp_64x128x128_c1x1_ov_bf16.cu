@@ -7,4 +7,3 @@ using Config = ::fp8ext::sm90::BlockwiseConfig<64, 128, 128, 1, 1, ::fp8ext::sm9
 }
 
 FP8EXT_SM90_BLOCKWISE_KERNEL("bw_pp_64x128x128_c1x1_ov_bf16", Config)
-FP8EXT_SM90_BLOCKWISE_SWIZZLED("bw_pp_64x128x128_c1x1_ov_sw8_bf16", Config, 8)
