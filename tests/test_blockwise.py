@@ -174,11 +174,10 @@ def test_dispatch_fit_recovers_a_linear_time_model_and_scores_the_dispatch_own_p
     spec = importlib.util.spec_from_file_location("fit_blockwise_dispatch", path)
     fit = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fit)
-    # The unswizzled tile kernels, on rows of their region (operands within L2).
-    tiles = [k for k in fp8ext.blockwise_kernel_names() if k.endswith("_bf16") and "_gemv_" not in k and "_sw" not in k]
+    tiles = [k for k in fp8ext.blockwise_kernel_names() if k.endswith("_bf16") and "_gemv_" not in k]
     truth = {k: (3.0 + i, (1.0 + 0.5 * i) * 1e-7) for i, k in enumerate(tiles)}
     rows = []
-    for M, N, K in ((64, 7168, 2048), (512, 4096, 7168), (2048, 7168, 16384), (128, 36864, 7168)):
+    for M, N, K in ((64, 7168, 2048), (512, 4096, 7168), (4096, 7168, 16384), (128, 36864, 7168)):
         times = {k: a + b * fit.work(k, {"M": M, "N": N, "K": K}, 132) for k, (a, b) in truth.items()}
         rows.append({"M": M, "N": N, "K": K, "split": "tune", "kernels_us": times})
     fits = fit.fit(rows, 132)
@@ -210,25 +209,6 @@ def test_dispatch_fit_recovers_a_linear_time_model_and_scores_the_dispatch_own_p
     flat = fit.trial_fits({k: (0.0, 1e-9) for k in decode}, 132)
     assert torch.ops.fp8ext._selected_blockwise_kernel(1, 4096, 7168, torch.bfloat16, 132, False, flat) in decode
     assert torch.ops.fp8ext._selected_blockwise_kernel(33, 4096, 7168, torch.bfloat16, 132, False, flat) not in decode
-
-
-def test_swizzled_launches_have_their_own_region():
-    # blockwise_dispatch.h: where both operands exceed L2 only the swizzled launches are offered, elsewhere only
-    # the unswizzled ones; W is 0 outside a kernel's region, so the fit never sees those rows.
-    names = fp8ext.blockwise_kernel_names()
-    swizzled = [k for k in names if "_sw8_" in k]
-    if not swizzled:
-        pytest.skip("this build has no swizzled block-scaled launch")
-    beyond, within = (16384, 36864, 7168), (4096, 4096, 7168)  # min(M, N) * K: 252 MiB and 28 MiB
-    pick = torch.ops.fp8ext._selected_blockwise_kernel
-    assert pick(*beyond, torch.bfloat16, 132, False, []) in swizzled
-    assert pick(*within, torch.bfloat16, 132, False, []) not in swizzled
-    for k in swizzled:
-        assert torch.ops.fp8ext._blockwise_work(k, *within, 132)[0] == 0
-        assert torch.ops.fp8ext._blockwise_work(k, *beyond, 132)[0] > 0
-        unswizzled = k.replace("_sw8_", "_")
-        assert torch.ops.fp8ext._blockwise_work(unswizzled, *beyond, 132)[0] == 0
-        assert torch.ops.fp8ext._blockwise_work(unswizzled, *within, 132)[0] > 0
 
 
 # ---- GPU ----

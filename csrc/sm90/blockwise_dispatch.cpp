@@ -1,7 +1,6 @@
 // The block-scaled kernels' dispatch (blockwise_dispatch.h explains the prediction).
 #include "sm90/blockwise_dispatch.h"
 
-#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -36,8 +35,9 @@ const BlockwiseFit* own_fit(std::string_view name) {
 
 std::atomic<const BlockwiseKernelEntry*> g_forced{nullptr};
 
-// W whatever the kernel's region.
-double work_anywhere(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K, int sm_count) {
+}  // namespace
+
+double blockwise_work(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K, int sm_count) {
   if (sm_count <= 0) return 0.0;
   if (t.schedule == Schedule::kGemv) {
     const KernelEntry* twin = t.rowwise_twin != nullptr ? find_kernel(t.rowwise_twin) : nullptr;
@@ -50,20 +50,6 @@ double work_anywhere(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K, 
   const double tile_macs = static_cast<double>(t.tile_m) * t.tile_n * static_cast<double>(K);
   if (t.schedule == Schedule::kStreamK) return static_cast<double>(tiles) * tile_macs / sm_count;
   return static_cast<double>((tiles + sm_count - 1) / sm_count) * tile_macs;
-}
-
-}  // namespace
-
-bool operands_exceed_l2(int64_t M, int64_t N, int64_t K) {
-  return static_cast<double>(std::min(M, N)) * static_cast<double>(K) >= kL2GateBytes;
-}
-
-bool in_region(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K) {
-  return t.schedule == Schedule::kGemv || (t.swizzle > 1) == operands_exceed_l2(M, N, K);
-}
-
-double blockwise_work(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K, int sm_count) {
-  return in_region(t, M, N, K) ? work_anywhere(t, M, N, K, sm_count) : 0.0;
 }
 
 BlockwiseFit blockwise_fit(const BlockwiseKernelEntry& kernel) {
@@ -79,11 +65,10 @@ BlockwiseFit blockwise_fit(const BlockwiseKernelEntry& kernel) {
 }
 
 double blockwise_predicted_us(const BlockwiseKernelEntry& kernel, int64_t M, int64_t N, int64_t K, OutType out,
-                              int sm_count, const BlockwiseFit* fit, bool any_region) {
+                              int sm_count, const BlockwiseFit* fit) {
   const BlockwiseTraits& t = kernel.traits;
   if (t.out != out || sm_count <= 0 || (t.max_m > 0 && M > t.max_m)) return -1.0;
-  if (!any_region && !in_region(t, M, N, K)) return -1.0;
-  const double w = work_anywhere(t, M, N, K, sm_count);
+  const double w = blockwise_work(t, M, N, K, sm_count);
   if (t.schedule == Schedule::kGemv && w <= 0.0) return -1.0;  // no twin to predict it from: never picked
   BlockwiseFit f = fit != nullptr ? *fit : blockwise_fit(kernel);
   if (!f.fitted()) f = t.schedule == Schedule::kGemv ? kDefaultDecodeFit : kDefaultTileFit;
@@ -91,8 +76,7 @@ double blockwise_predicted_us(const BlockwiseKernelEntry& kernel, int64_t M, int
 }
 
 const BlockwiseKernelEntry* select_blockwise_kernel(int64_t M, int64_t N, int64_t K, OutType out, int sm_count,
-                                                    bool allow_workspace, const std::vector<BlockwiseFit>* fits,
-                                                    bool any_region) {
+                                                    bool allow_workspace, const std::vector<BlockwiseFit>* fits) {
   const std::vector<BlockwiseKernelEntry>& kernels = all_blockwise_kernels();
   // The fastest fitted kernel; the unfitted ones (a kernel not yet timed on the tuning rows) only where no fitted
   // kernel computes the call.
@@ -102,7 +86,7 @@ const BlockwiseKernelEntry* select_blockwise_kernel(int64_t M, int64_t N, int64_
     const BlockwiseKernelEntry& k = kernels[i];
     if (!allow_workspace && k.traits.schedule == Schedule::kStreamK) continue;
     const BlockwiseFit* fit = fits != nullptr && i < fits->size() ? &(*fits)[i] : nullptr;
-    const double us = blockwise_predicted_us(k, M, N, K, out, sm_count, fit, any_region);
+    const double us = blockwise_predicted_us(k, M, N, K, out, sm_count, fit);
     if (us < 0.0) continue;
     const int u = (fit != nullptr ? fit->fitted() : blockwise_fit(k).fitted()) ? 0 : 1;
     if (best[u] == nullptr || us < best_us[u]) {  // ties: the first by name, so the choice is stable
@@ -110,11 +94,7 @@ const BlockwiseKernelEntry* select_blockwise_kernel(int64_t M, int64_t N, int64_
       best_us[u] = us;
     }
   }
-  if (best[0] != nullptr) return best[0];
-  if (best[1] != nullptr || any_region) return best[1];
-  // No kernel of the call's region was built (a subset build, or inside capture where the region has only
-  // stream-K): any region's kernel computes it correctly.
-  return select_blockwise_kernel(M, N, K, out, sm_count, allow_workspace, fits, /*any_region=*/true);
+  return best[0] != nullptr ? best[0] : best[1];
 }
 
 const BlockwiseKernelEntry* forced_blockwise_kernel() { return g_forced.load(); }

@@ -15,12 +15,6 @@
 // kernel computes the call, with defaults (datasheet-level for tiles, the twin's time as it is for decode).
 // scripts/fit_blockwise_dispatch.py fits them on the tuning part of the blockwise suite (DeepSeek-V3's layers,
 // every kernel timed, every M); the zoo's held-out rows judge them.
-//
-// Regions. Where both operands exceed L2 (min(M, N) * K >= 64 MiB of fp8), a wave of unswizzled tiles streams one
-// operand from DRAM again for every row (or column) of tiles; there the dispatch offers only the launches with the
-// tile scheduler's swizzle (traits swizzle > 1), and elsewhere only the unswizzled ones, each fitted on the tuning
-// rows of its own region (W is 0 outside it). Swizzle 8 gained 5-12% on the tuning rows beyond L2 and lost up to
-// 2x at M <= 1024; a model fitted on both kinds of rows never ranked it first.
 #pragma once
 
 #include <cmath>
@@ -39,33 +33,23 @@ struct BlockwiseFit {
   bool fitted() const { return std::isfinite(a_us) && std::isfinite(b_us_per_mac); }
 };
 
-constexpr double kL2GateBytes = 64.0 * 1024 * 1024;  // above the H100/H200 L2 (50 / 60 MB)
-
-// min(M, N) * K >= kL2GateBytes: neither operand fits in L2.
-bool operands_exceed_l2(int64_t M, int64_t N, int64_t K);
-
-// Whether the call is in the kernel's region (above); the decode kernels' is every call.
-bool in_region(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K);
-
-// W of the formula above; 0 outside the kernel's region, and for a decode kernel whose row-wise twin was not built
-// (it is then never picked).
+// W of the formula above (0 for a decode kernel whose row-wise twin was not built: it is then never picked).
 double blockwise_work(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K, int sm_count);
 
 // The fit a kernel uses: its own row of blockwise_cost_coeffs.inc, its bf16 twin's, or none (NaN, not fitted).
 BlockwiseFit blockwise_fit(const BlockwiseKernelEntry& kernel);
 
 // The predicted time of `kernel` on the call, or a negative value where it does not compute it (another output
-// type, M above its max_m, outside its region unless any_region). `fits`, when given, replaces the compiled-in fits: one per kernel of
+// type, M above its max_m). `fits`, when given, replaces the compiled-in fits: one per kernel of
 // all_blockwise_kernels(), in its order (scripts/fit_blockwise_dispatch.py tries its own that way).
 double blockwise_predicted_us(const BlockwiseKernelEntry& kernel, int64_t M, int64_t N, int64_t K, OutType out,
-                              int sm_count, const BlockwiseFit* fit = nullptr, bool any_region = false);
+                              int sm_count, const BlockwiseFit* fit = nullptr);
 
 // The kernel dispatch runs; nullptr when none was built for the output type. allow_workspace = false (inside CUDA
 // graph capture) leaves out the stream-K kernels, which need a workspace.
 const BlockwiseKernelEntry* select_blockwise_kernel(int64_t M, int64_t N, int64_t K, OutType out, int sm_count,
                                                     bool allow_workspace,
-                                                    const std::vector<BlockwiseFit>* fits = nullptr,
-                                                    bool any_region = false);
+                                                    const std::vector<BlockwiseFit>* fits = nullptr);
 
 // A kernel forced by name (fp8ext.force_kernel with a "bw_" name); nullptr for none. Process-wide.
 const BlockwiseKernelEntry* forced_blockwise_kernel();

@@ -190,10 +190,7 @@ struct BlockwiseGemm {
   using StrideB = typename Kernel::StrideB;
   using StrideD = typename Kernel::StrideD;
 
-  // swizzle: the tile scheduler's max_swizzle_size. Consecutive CTAs then walk a band of `swizzle` tiles across
-  // before moving along, so that a wave reuses operand tiles from L2 instead of streaming a whole operand per
-  // row or column of tiles; it changes which SM computes a tile, not the arithmetic.
-  static typename Gemm::Arguments arguments(const BlockwiseParams& p, int swizzle) {
+  static typename Gemm::Arguments arguments(const BlockwiseParams& p) {
     const MmaFrame<kSwapAB, ElementA, ElementB, StrideA, StrideB, StrideD> f(p.M, p.N, p.K, p.a, p.lda, p.b, p.ldb,
                                                                               p.ldo);
     // scale_a(i, g) per token i and K group g, scale_b(g, h) per K group and block h of 128 weight rows; each
@@ -211,45 +208,33 @@ struct BlockwiseGemm {
                                   {Epilogue::arguments(p.bias), nullptr, f.stride_d, static_cast<ElementD*>(p.out),
                                    f.stride_d}};
     set_launch_arguments<kStreamK>(args, p.device_id, p.sm_count);
-    args.scheduler.max_swizzle_size = swizzle;
     return args;
   }
 };
 
-template <class Config, int Swizzle = 1>
+template <class Config>
 size_t workspace_size(const BlockwiseParams& p) {
   using G = BlockwiseGemm<Config>;
-  return G::Gemm::get_workspace_size(G::arguments(p, Swizzle));
+  return G::Gemm::get_workspace_size(G::arguments(p));
 }
 
-template <class Config, int Swizzle = 1>
+template <class Config>
 LaunchResult launch(const BlockwiseParams& p) {
   using G = BlockwiseGemm<Config>;
   // The collective runs at least one K tile per output tile (its prologue is unconditional): an empty K would
   // read unwritten shared memory. The entry handles empty problems before calling a kernel.
   if (p.M <= 0 || p.N <= 0 || p.K <= 0) return {false, "can_implement", "M, N and K must be positive"};
-  return run_gemm<typename G::Gemm>(G::arguments(p, Swizzle), p.workspace, p.workspace_bytes, p.stream);
+  return run_gemm<typename G::Gemm>(G::arguments(p), p.workspace, p.workspace_bytes, p.stream);
 }
 
 }  // namespace fp8ext::sm90
 
 // Used once by each translation unit in blockwise_kernels/: instantiates the kernel for CONFIG and adds it to the
 // block-scaled registry under NAME when the library loads.
-#define FP8EXT_SM90_BLOCKWISE_KERNEL(NAME, CONFIG) \
-  FP8EXT_SM90_BLOCKWISE_LAUNCHER(NAME, CONFIG, 1, CONFIG::traits(), kRegistered)
-
-// The same kernel (one device function: the swizzle is a launch argument) registered a second time under NAME,
-// launched with the tile scheduler's swizzle SWIZZLE (traits swizzle: the dispatch offers it only on problems
-// whose operands both exceed L2, blockwise_dispatch.h). Used after FP8EXT_SM90_BLOCKWISE_KERNEL in the same file.
-#define FP8EXT_SM90_BLOCKWISE_SWIZZLED(NAME, CONFIG, SWIZZLE)                                                   \
-  FP8EXT_SM90_BLOCKWISE_LAUNCHER(NAME, CONFIG, SWIZZLE, ::fp8ext::sm90::with_swizzle(CONFIG::traits(), SWIZZLE), \
-                                 kRegisteredSwizzled)
-
-#define FP8EXT_SM90_BLOCKWISE_LAUNCHER(NAME, CONFIG, SWIZZLE, TRAITS, FLAG)                                     \
-  template ::fp8ext::sm90::LaunchResult fp8ext::sm90::launch<CONFIG, SWIZZLE>(                                  \
-      const ::fp8ext::sm90::BlockwiseParams&);                                                                   \
-  template size_t fp8ext::sm90::workspace_size<CONFIG, SWIZZLE>(const ::fp8ext::sm90::BlockwiseParams&);        \
+#define FP8EXT_SM90_BLOCKWISE_KERNEL(NAME, CONFIG)                                                               \
+  template ::fp8ext::sm90::LaunchResult fp8ext::sm90::launch<CONFIG>(const ::fp8ext::sm90::BlockwiseParams&);   \
+  template size_t fp8ext::sm90::workspace_size<CONFIG>(const ::fp8ext::sm90::BlockwiseParams&);                 \
   namespace {                                                                                                    \
-  const bool FLAG = ::fp8ext::sm90::register_blockwise_kernel(                                                   \
-      {NAME, TRAITS, &::fp8ext::sm90::launch<CONFIG, SWIZZLE>, &::fp8ext::sm90::workspace_size<CONFIG, SWIZZLE>}); \
+  const bool kRegistered = ::fp8ext::sm90::register_blockwise_kernel(                                            \
+      {NAME, CONFIG::traits(), &::fp8ext::sm90::launch<CONFIG>, &::fp8ext::sm90::workspace_size<CONFIG>});        \
   }

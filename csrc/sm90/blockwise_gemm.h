@@ -61,15 +61,7 @@ struct BlockwiseTraits {
   // row-wise cost model predicts for the dispatch (blockwise_dispatch.h); nullptr for the CUTLASS kernels.
   const char* rowwise_twin = nullptr;
   bool overlap = false;  // the scaling overlapped with the next K tile's MMAs (overlap_blockwise_mainloop.cuh)
-  // The tile scheduler's swizzle the kernel launches with (1: none). A swizzled launch is offered only on problems
-  // whose operands both exceed L2, and there in place of the unswizzled ones (blockwise_dispatch.h).
-  int swizzle = 1;
 };
-
-constexpr BlockwiseTraits with_swizzle(BlockwiseTraits t, int swizzle) {
-  t.swizzle = swizzle;
-  return t;
-}
 
 using BlockwiseLaunchFn = LaunchResult (*)(const BlockwiseParams&);
 using BlockwiseWorkspaceFn = size_t (*)(const BlockwiseParams&);

@@ -7,4 +7,3 @@ using Config = ::fp8ext::sm90::BlockwiseConfig<128, 128, 128, 2, 1, ::fp8ext::sm
 }
 
 FP8EXT_SM90_BLOCKWISE_KERNEL("bw_coop_128x128x128_c2x1_ov_bf16", Config)
-FP8EXT_SM90_BLOCKWISE_SWIZZLED("bw_coop_128x128x128_c2x1_ov_sw8_bf16", Config, 8)
