@@ -85,10 +85,11 @@ const BlockwiseKernelEntry* select_blockwise_kernel(int64_t M, int64_t N, int64_
   for (size_t i = 0; i < kernels.size(); ++i) {
     const BlockwiseKernelEntry& k = kernels[i];
     if (!allow_workspace && k.traits.schedule == Schedule::kStreamK) continue;
-    const BlockwiseFit* fit = fits != nullptr && i < fits->size() ? &(*fits)[i] : nullptr;
-    const double us = blockwise_predicted_us(k, M, N, K, out, sm_count, fit);
+    // The fit is looked up once per kernel (a name search) and serves both the prediction and the fitted test.
+    const BlockwiseFit fit = fits != nullptr && i < fits->size() ? (*fits)[i] : blockwise_fit(k);
+    const double us = blockwise_predicted_us(k, M, N, K, out, sm_count, &fit);
     if (us < 0.0) continue;
-    const int u = (fit != nullptr ? fit->fitted() : blockwise_fit(k).fitted()) ? 0 : 1;
+    const int u = fit.fitted() ? 0 : 1;
     if (best[u] == nullptr || us < best_us[u]) {  // ties: the first by name, so the choice is stable
       best[u] = &k;
       best_us[u] = us;
