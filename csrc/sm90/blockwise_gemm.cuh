@@ -30,6 +30,13 @@
 // Only this header and blockwise_kernels/ include CUTLASS; nothing here includes libtorch.
 #pragma once
 
+// Tiles whose N is not a power of two (160) need wgmma's extended N shapes. Without them CUTLASS's atom selector
+// falls back to the largest power of two dividing the tile (a 64x32 atom for N = 160: five wgmmas per k-block,
+// each re-reading A). BlockwiseGemm asserts that one atom spans the tile's N.
+#ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#endif
+
 #include <cuda_runtime_api.h>
 
 #include <cute/tensor.hpp>
@@ -175,6 +182,8 @@ struct BlockwiseGemm {
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       KernelSchedule>::CollectiveOp;
+  static_assert(cute::size<1>(typename CutlassMainloop::TiledMma::AtomShape_MNK{}) == Config::kTileN,
+                "one wgmma must span the tile's N (see CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED above)");
   // Overlap kernels keep CUTLASS's collective for everything but the MMA loop.
   using CollectiveMainloop =
       cute::conditional_t<Config::kOverlap, OverlapBlockwiseMainloop<CutlassMainloop>, CutlassMainloop>;
