@@ -526,17 +526,27 @@ std::vector<std::string> blockwise_kernel_names() {
 }
 
 // The block-scaled kernel the dispatch runs for (M, N, K, out_dtype) with sm_count SMs ("" if none), or inside
-// capture. `fits`: trial fits for scripts/fit_blockwise_dispatch.py, [a0, b0, a1, b1, ...] for the kernels of
-// _blockwise_kernel_names in order; empty for the compiled-in ones. Needs no GPU.
+// capture. `fits` and `residuals`: trial fits for scripts/fit_blockwise_dispatch.py; fits are [a0, b0, a1, b1, ...]
+// for the kernels of _blockwise_kernel_names in order, residuals [kernel index, log2 M, log2 N, log2 K, ln ratio,
+// ...] (blockwise_dispatch.h); both empty for the compiled-in ones. Needs no GPU.
 std::string selected_blockwise_kernel(int64_t M, int64_t N, int64_t K, ScalarType out_dtype, int64_t sm_count,
-                                      bool capturing, std::vector<double> fits) {
+                                      bool capturing, std::vector<double> fits, std::vector<double> residuals) {
   if (const sm90::BlockwiseKernelEntry* forced = sm90::forced_blockwise_kernel()) return forced->name;
+  const size_t kernels = sm90::all_blockwise_kernels().size();
   std::vector<sm90::BlockwiseFit> trial;
+  std::vector<std::vector<sm90::BlockwiseResidual>> trial_residuals(kernels);
+  FP8EXT_CHECK(residuals.size() % 5 == 0 && (residuals.empty() || !fits.empty()),
+               "fp8ext._selected_blockwise_kernel: residuals come in fives, with trial fits");
+  for (size_t i = 0; i < residuals.size(); i += 5) {
+    const double at = residuals[i];
+    FP8EXT_CHECK(at >= 0 && at < double(kernels), "fp8ext._selected_blockwise_kernel: no kernel index ", at);
+    trial_residuals[size_t(at)].push_back({float(residuals[i + 1]), float(residuals[i + 2]), float(residuals[i + 3]),
+                                           float(residuals[i + 4])});
+  }
   if (!fits.empty()) {
-    FP8EXT_CHECK(fits.size() == 2 * sm90::all_blockwise_kernels().size(), "fp8ext._selected_blockwise_kernel: ",
-                 "expected two numbers per block-scaled kernel (", 2 * sm90::all_blockwise_kernels().size(),
-                 "), got ", fits.size());
-    for (size_t i = 0; i < fits.size(); i += 2) trial.push_back({fits[i], fits[i + 1]});
+    FP8EXT_CHECK(fits.size() == 2 * kernels, "fp8ext._selected_blockwise_kernel: ",
+                 "expected two numbers per block-scaled kernel (", 2 * kernels, "), got ", fits.size());
+    for (size_t i = 0; i < kernels; ++i) trial.push_back({fits[2 * i], fits[2 * i + 1], trial_residuals[i]});
   }
   const sm90::BlockwiseKernelEntry* k = sm90::select_blockwise_kernel(
       M, N, K, to_out_type(out_dtype), static_cast<int>(sm_count), !capturing, trial.empty() ? nullptr : &trial);
@@ -709,7 +719,7 @@ STABLE_TORCH_LIBRARY_FRAGMENT(fp8ext, m) {
   m.def("_autotune_entries() -> str[]");
   m.def("_blockwise_kernel_names() -> str[]");
   m.def("_selected_blockwise_kernel(int M, int N, int K, ScalarType out_dtype, int sm_count, bool capturing=False, "
-        "float[] fits=[]) -> str");
+        "float[] fits=[], float[] residuals=[]) -> str");
   m.def("_blockwise_work(str name, int M, int N, int K, int sm_count) -> float[]");
 }
 

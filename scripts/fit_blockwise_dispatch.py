@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
-"""Fit the block-wise dispatch's time model (csrc/sm90/blockwise_dispatch.h: t = a + b * W per kernel) on the
-tuning part of a blockwise bench record, and optionally write the fits to csrc/sm90/blockwise_cost_coeffs.inc.
+"""Fit the block-wise dispatch's time model (csrc/sm90/blockwise_dispatch.h: t = (a + b * W) * exp(c) per kernel)
+on the tuning part of blockwise bench records, and optionally write it to csrc/sm90/blockwise_cost_coeffs.inc.
 
-    python -m fp8ext.bench --suite blockwise --all-kernels --json bw.json      # on the H200
-    python scripts/fit_blockwise_dispatch.py bw.json [--write]                  # anywhere with a CUDA build
+    python -m fp8ext.bench --suite blockwise --all-kernels --json bw.json       # on the H200
+    python scripts/fit_blockwise_dispatch.py bw.json [more.json ...] [--write]   # anywhere with a CUDA build
 
-Every tuning row of the record (DeepSeek-V3's layers) has each bf16 block-scaled kernel's time. Per kernel, a and
-b are fitted by least squares on the relative error, over every row the kernel computes (the decode kernels only
-M <= 32), W coming from the extension itself (the _blockwise_work op), so that the fit and the dispatch compute
-the same W: the serial work per SM of a tile kernel, the row-wise twin's predicted time of a decode kernel. Decode
-and tile kernels are thus compared in microseconds. The fits are then scored by the dispatch's own picks (the
-_selected_blockwise_kernel op with the trial fits): the geomean over the rows of the picked kernel's time / the
-fastest kernel's, and the worst row. Held-out rows are never read: they judge the fits, in the next run of the
+Every tuning row of a record (DeepSeek-V3's layers) has each bf16 block-scaled kernel's time; with several
+records a kernel's time on a row is the geometric mean of theirs. Per kernel, a and b are fitted by least squares
+on the relative error, over every row the kernel computes (the decode kernels only M <= 32), W coming from the
+extension itself (the _blockwise_work op), so that the fit and the dispatch compute the same W: the serial work
+per SM of a tile kernel, the row-wise twin's predicted time of a decode kernel. Decode and tile kernels are thus
+compared in microseconds. The kernel's residuals on those rows, ln(measured / (a + b W)), are kept: the dispatch's
+correction c interpolates them (blockwise_dispatch.h).
+
+The fits are scored by the dispatch's own picks (the _selected_blockwise_kernel op with the trial fits): the
+geomean over the rows of the picked kernel's time / the fastest kernel's, and the worst row; in sample, and
+leaving out one weight shape (N, K) at a time, which fits on the other shapes and scores the picks on the one left
+out, as a new model's weights will be. Held-out rows are never read: they judge the fits, in the next run of the
 suite.
 """
 from __future__ import annotations
@@ -30,12 +35,28 @@ ROOT = Path(__file__).resolve().parent.parent
 COEFFS = ROOT / "csrc" / "sm90" / "blockwise_cost_coeffs.inc"
 MIN_A_US = 0.5  # a fixed cost below this is no launch's: the fit is held there
 
+Fit = tuple[float, float, list[tuple[float, float, float, float]]]  # a, b, residuals (log2 M, N, K, ln ratio)
+
 
 def tuning_rows(record: dict) -> list[dict]:
     rows = [r for r in record["rows"] if r["split"] == "tune" and r.get("kernels_us")]
     if not rows:
         raise SystemExit("the record has no tuning rows with per-kernel times: run the suite with --all-kernels")
     return rows
+
+
+def merge_rows(records: list[list[dict]]) -> list[dict]:
+    """One row per (M, N, K): each kernel's time the geometric mean of the records' (a failure in one is left out)."""
+    times: dict[tuple[int, int, int], dict[str, list[float]]] = {}
+    for rows in records:
+        for r in rows:
+            per = times.setdefault((r["M"], r["N"], r["K"]), {})
+            for k, t in r["kernels_us"].items():
+                if isinstance(t, (int, float)) and t > 0:
+                    per.setdefault(k, []).append(float(t))
+    return [{"M": M, "N": N, "K": K, "split": "tune",
+             "kernels_us": {k: math.exp(sum(map(math.log, ts)) / len(ts)) for k, ts in per.items()}}
+            for (M, N, K), per in times.items()]
 
 
 def work(name: str, r: dict, sm_count: int) -> float:
@@ -58,40 +79,49 @@ def fit_kernel(points: list[tuple[float, float]]) -> tuple[float, float]:
     return a, b
 
 
-def fit(rows: list[dict], sm_count: int) -> dict[str, tuple[float, float]]:
+def fit(rows: list[dict], sm_count: int) -> dict[str, Fit]:
     built = set(fp8ext.blockwise_kernel_names())  # a kernel timed then but no longer built gets no fit
     names = sorted({k for r in rows for k in r["kernels_us"]} & built)
     out = {}
     for name in names:
-        points = [(work(name, r, sm_count), r["kernels_us"][name]) for r in rows
+        points = [(work(name, r, sm_count), r["kernels_us"][name], r) for r in rows
                   if isinstance(r["kernels_us"].get(name), (int, float))]
-        points = [(w, t) for w, t in points if w > 0]  # a decode kernel without its row-wise twin: not fitted
-        if len(points) >= 2:
-            out[name] = fit_kernel(points)
+        points = [p for p in points if p[0] > 0]  # a decode kernel without its row-wise twin: not fitted
+        if len(points) < 2:
+            continue
+        a, b = fit_kernel([(w, t) for w, t, _ in points])
+        residuals = [(math.log2(r["M"]), math.log2(r["N"]), math.log2(r["K"]), math.log(t / (a + b * w)))
+                     for w, t, r in points if a + b * w > 0]
+        out[name] = (a, b, residuals)
     return out
 
 
-def trial_fits(fits: dict[str, tuple[float, float]], sm_count: int) -> list[float]:
-    """[a0, b0, a1, b1, ...] for every built kernel in order: its new fit, its bf16 twin's, or its compiled-in one."""
-    flat = []
-    for name in fp8ext.blockwise_kernel_names():
+def trial_fits(fits: dict[str, Fit], sm_count: int, with_residuals: bool = True) -> tuple[list[float], list[float]]:
+    """The trial arguments of _selected_blockwise_kernel: [a0, b0, a1, b1, ...] for every built kernel in order (its
+    new fit, its bf16 twin's, or its compiled-in line), and the residuals [index, log2 M, log2 N, log2 K, r, ...]."""
+    flat, residuals = [], []
+    for i, name in enumerate(fp8ext.blockwise_kernel_names()):
         twin = name.rsplit("_", 1)[0] + "_bf16"
-        if name in fits or twin in fits:
-            flat += list(fits.get(name, fits.get(twin)))
-        else:
+        f = fits.get(name, fits.get(twin))
+        if f is None:
             flat += torch.ops.fp8ext._blockwise_work(name, 1, 1, 1, sm_count)[1:]
-    return flat
+            continue
+        flat += [f[0], f[1]]
+        if with_residuals:
+            for r in f[2]:
+                residuals += [float(i), *r]
+    return flat, residuals
 
 
-def score(rows: list[dict], flat_fits: list[float], sm_count: int) -> tuple[float, float]:
+def score(rows: list[dict], trial: tuple[list[float], list[float]], sm_count: int) -> tuple[float, float]:
     """(geomean, worst) of the picked kernel's time / the fastest timed kernel's, over the rows; a pick that was not
-    timed (it failed) disqualifies the fits."""
+    timed (it failed) disqualifies the fits. An empty trial scores the compiled-in fits."""
     logs, worst = [], 0.0
     built = set(fp8ext.blockwise_kernel_names())
     for r in rows:
         times = {k: t for k, t in r["kernels_us"].items() if isinstance(t, (int, float)) and k in built}
         pick = torch.ops.fp8ext._selected_blockwise_kernel(r["M"], r["N"], r["K"], torch.bfloat16, sm_count, False,
-                                                           flat_fits)
+                                                           *trial)
         if pick not in times:
             return math.inf, math.inf
         x = times[pick] / min(times.values())
@@ -100,35 +130,76 @@ def score(rows: list[dict], flat_fits: list[float], sm_count: int) -> tuple[floa
     return (math.exp(sum(logs) / len(logs)), worst) if logs else (math.inf, math.inf)
 
 
-def write(fits: dict[str, tuple[float, float]], source: str, result: tuple[float, float]) -> None:
-    lines = ["// Per-kernel fits {name, {a us, b us per MAC}} of the block-wise dispatch (blockwise_dispatch.h),",
+def leave_one_shape_out(rows: list[dict], sm_count: int, with_residuals: bool) -> tuple[float, float]:
+    """The score of the picks on each weight shape (N, K) by fits made without that shape's rows."""
+    logs, worst = [], 0.0
+    for shape in sorted({(r["N"], r["K"]) for r in rows}):
+        rest = [r for r in rows if (r["N"], r["K"]) != shape]
+        out = [r for r in rows if (r["N"], r["K"]) == shape]
+        g, w = score(out, trial_fits(fit(rest, sm_count), sm_count, with_residuals), sm_count)
+        logs += [math.log(g)] * len(out)
+        worst = max(worst, w)
+    return math.exp(sum(logs) / len(logs)), worst
+
+
+def write(fits: dict[str, Fit], sources: list[str], result: tuple[float, float],
+          cross: tuple[float, float]) -> None:
+    lines = ["// The block-wise dispatch's fits (blockwise_dispatch.h): per kernel {a us, b us per MAC, residuals},",
              "// written by scripts/fit_blockwise_dispatch.py --write from the tuning part of",
-             f"// {source}: picked / fastest kernel geomean {result[0]:.4f}, worst {result[1]:.3f} (all M).",
-             "// b is us per MAC for a tile kernel, us per us of the row-wise twin's prediction for a decode kernel."]
-    lines += [f'{{"{n}", {{{a:.6g}, {b:.6g}}}}},' for n, (a, b) in sorted(fits.items())]
+             *[f"//   {s}" for s in sources],
+             f"// Picked / fastest kernel over those rows: geomean {result[0]:.4f}, worst {result[1]:.3f} in sample;",
+             f"// {cross[0]:.4f}, worst {cross[1]:.3f}, leaving out one weight shape at a time.",
+             "// b is us per MAC for a tile kernel, us per us of the row-wise twin's prediction for a decode kernel;",
+             "// a residual is {log2 M, log2 N, log2 K, ln(measured / (a + b W))} of one tuning row.",
+             ""]
+    for i, (name, (_, _, res)) in enumerate(sorted(fits.items())):
+        if res:
+            lines.append(f"constexpr BlockwiseResidual kResiduals{i}[] = {{  // {name}")
+            lines += [f"    {{{m:.4f}f, {n:.4f}f, {k:.4f}f, {r:.4f}f}}," for m, n, k, r in res]
+            lines.append("};")
+    lines.append("")
+    lines.append("constexpr FitRow kFits[] = {")
+    lines += [f'    {{"{name}", {{{a:.6g}, {b:.6g}, {f"kResiduals{i}" if res else "{}"}}}}},'
+              for i, (name, (a, b, res)) in enumerate(sorted(fits.items()))]
+    lines.append("};")
     COEFFS.write_text("\n".join(lines) + "\n")
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("record", type=Path)
+    p.add_argument("records", type=Path, nargs="+")
     p.add_argument("--write", action="store_true", help=f"write the fits to {COEFFS.relative_to(ROOT)}")
     args = p.parse_args()
     if not fp8ext.blockwise_kernel_names():
         raise SystemExit("needs a CUDA build of fp8ext (its dispatch picks among the built kernels)")
-    record = json.loads(args.record.read_text())
-    rows, sm_count = tuning_rows(record), int(record["sm_count"])
-    before = score(rows, [], sm_count)
+    records = [json.loads(path.read_text()) for path in args.records]
+    sm_counts = {int(r["sm_count"]) for r in records}
+    if len(sm_counts) != 1:
+        raise SystemExit(f"the records come from GPUs with different SM counts: {sorted(sm_counts)}")
+    sm_count = sm_counts.pop()
+    rows = merge_rows([tuning_rows(r) for r in records])
+    before = score(rows, ([], []), sm_count)
     fits = fit(rows, sm_count)
+    line = score(rows, trial_fits(fits, sm_count, with_residuals=False), sm_count)
     after = score(rows, trial_fits(fits, sm_count), sm_count)
-    print(f"{len(rows)} tuning rows, {sm_count} SMs")
-    for n, (a, b) in sorted(fits.items()):
-        print(f"  {n:40s} a {a:8.3f} us   b {b:.4g}")
-    print(f"compiled-in fits: picked / fastest geomean {before[0]:.4f}, worst {before[1]:.3f}")
-    print(f"new fits:         picked / fastest geomean {after[0]:.4f}, worst {after[1]:.3f}")
+    line_out = leave_one_shape_out(rows, sm_count, with_residuals=False)
+    after_out = leave_one_shape_out(rows, sm_count, with_residuals=True)
+    print(f"{len(rows)} tuning rows from {len(records)} record(s), {sm_count} SMs")
+    for n, (a, b, res) in sorted(fits.items()):
+        spread = max(abs(r[3]) for r in res) if res else 0.0
+        print(f"  {n:40s} a {a:8.3f} us   b {b:.4g}   residuals {len(res):3d}, largest |ln| {spread:.3f}")
+    print("picked / fastest kernel, geomean and worst row:")
+    print(f"  compiled-in fits:           {before[0]:.4f}  {before[1]:.3f}")
+    print(f"  new lines only:             {line[0]:.4f}  {line[1]:.3f}   one shape left out: "
+          f"{line_out[0]:.4f}  {line_out[1]:.3f}")
+    print(f"  new lines with residuals:   {after[0]:.4f}  {after[1]:.3f}   one shape left out: "
+          f"{after_out[0]:.4f}  {after_out[1]:.3f}")
     if args.write:
-        path = args.record.resolve()
-        write(fits, str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name, after)
+        sources = []
+        for path in args.records:
+            path = path.resolve()
+            sources.append(str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name)
+        write(fits, sources, after, after_out)
         print(f"wrote {COEFFS.relative_to(ROOT)}; rebuild to use it")
     return 0
 

@@ -162,11 +162,7 @@ def test_quantized_model_layer_end_to_end_cpu():
     assert ((out.float() - ref).norm() / ref.norm()).item() < 0.05
 
 
-def test_dispatch_fit_recovers_a_linear_time_model_and_scores_the_dispatch_own_picks():
-    # scripts/fit_blockwise_dispatch.py fits t = a + b W per kernel and scores fits by the dispatch's own
-    # selection (no GPU needed).
-    if not fp8ext.blockwise_kernel_names():
-        pytest.skip("a CPU-only build has no block-scaled kernels to pick from")
+def _fit_script():
     import importlib.util
     from pathlib import Path
 
@@ -174,6 +170,15 @@ def test_dispatch_fit_recovers_a_linear_time_model_and_scores_the_dispatch_own_p
     spec = importlib.util.spec_from_file_location("fit_blockwise_dispatch", path)
     fit = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fit)
+    return fit
+
+
+def test_dispatch_fit_recovers_a_linear_time_model_and_scores_the_dispatch_own_picks():
+    # scripts/fit_blockwise_dispatch.py fits t = a + b W per kernel and scores fits by the dispatch's own
+    # selection (no GPU needed).
+    if not fp8ext.blockwise_kernel_names():
+        pytest.skip("a CPU-only build has no block-scaled kernels to pick from")
+    fit = _fit_script()
     tiles = [k for k in fp8ext.blockwise_kernel_names() if k.endswith("_bf16") and "_gemv_" not in k]
     truth = {k: (3.0 + i, (1.0 + 0.5 * i) * 1e-7) for i, k in enumerate(tiles)}
     rows = []
@@ -183,13 +188,15 @@ def test_dispatch_fit_recovers_a_linear_time_model_and_scores_the_dispatch_own_p
     fits = fit.fit(rows, 132)
     for k, (a, b) in truth.items():
         assert fits[k][0] == pytest.approx(a, rel=1e-6) and fits[k][1] == pytest.approx(b, rel=1e-6)
+        # An exact line leaves no residual.
+        assert all(abs(r[3]) < 1e-9 for r in fits[k][2]) and len(fits[k][2]) == len(rows)
     # With the true model the dispatch picks the fastest kernel on every row.
     assert fit.score(rows, fit.trial_fits(fits, 132), 132) == (1.0, 1.0)
     # A pick that was not timed (it failed) disqualifies the fits.
-    flat = fit.trial_fits(fits, 132)
-    pick = torch.ops.fp8ext._selected_blockwise_kernel(64, 7168, 2048, torch.bfloat16, 132, False, flat)
+    flat, residuals = fit.trial_fits(fits, 132)
+    pick = torch.ops.fp8ext._selected_blockwise_kernel(64, 7168, 2048, torch.bfloat16, 132, False, flat, residuals)
     untimed = {**rows[0], "kernels_us": {k: t for k, t in rows[0]["kernels_us"].items() if k != pick}}
-    assert fit.score([untimed], flat, 132) == (math.inf, math.inf)
+    assert fit.score([untimed], (flat, residuals), 132) == (math.inf, math.inf)
     # A kernel without a fit (NaN) is taken only where no fitted kernel computes the call.
     unfitted = list(flat)
     at = 2 * fp8ext.blockwise_kernel_names().index(pick)
@@ -206,9 +213,41 @@ def test_dispatch_fit_recovers_a_linear_time_model_and_scores_the_dispatch_own_p
     decode = [k for k in fp8ext.blockwise_kernel_names() if k.endswith("_bf16") and "_gemv_" in k]
     for k in decode:
         assert fit.work(k, {"M": 1, "N": 4096, "K": 7168}, 132) > 0
-    flat = fit.trial_fits({k: (0.0, 1e-9) for k in decode}, 132)
+    flat, _ = fit.trial_fits({k: (0.0, 1e-9, []) for k in decode}, 132)
     assert torch.ops.fp8ext._selected_blockwise_kernel(1, 4096, 7168, torch.bfloat16, 132, False, flat) in decode
     assert torch.ops.fp8ext._selected_blockwise_kernel(33, 4096, 7168, torch.bfloat16, 132, False, flat) not in decode
+
+
+def test_dispatch_residuals_correct_the_line_near_their_rows_only():
+    # blockwise_dispatch.h: t = (a + b W) * exp(c), c the Gaussian-weighted mean of a kernel's residuals in octaves
+    # of M, N and K, shrunk by kResidualPrior (0.05) towards 0.
+    if not fp8ext.blockwise_kernel_names():
+        pytest.skip("a CPU-only build has no block-scaled kernels to pick from")
+    fit = _fit_script()
+    tiles = [k for k in fp8ext.blockwise_kernel_names() if k.endswith("_bf16") and "_gemv_" not in k]
+    first, second = tiles[0], tiles[1]
+    shape = {"M": 4096, "N": 7168, "K": 7168}
+    w1, w2 = fit.work(first, shape, 132), fit.work(second, shape, 132)
+    # Lines on which `first` is predicted 10% faster than `second` on this shape; every other kernel far slower.
+    lines = {k: (1e6, 0.0, []) for k in tiles}
+    lines[first] = (1.0, 1.0 / w1 * 99.0, [])
+    lines[second] = (1.0, 1.0 / w2 * 109.0, [])
+    flat, _ = fit.trial_fits(lines, 132)
+    names = fp8ext.blockwise_kernel_names()
+    select = torch.ops.fp8ext._selected_blockwise_kernel
+    assert select(4096, 7168, 7168, torch.bfloat16, 132, False, flat) == first
+    # `first` measured 30% slower than its line on this very shape: weight 1, so c = ln(1.3) / 1.05 and the
+    # prediction 100 * 1.3^(1 / 1.05) = 128 us, above `second`'s 110: the correction flips the pick.
+    at_shape = [float(names.index(first)), math.log2(4096), math.log2(7168), math.log2(7168), math.log(1.3)]
+    assert select(4096, 7168, 7168, torch.bfloat16, 132, False, flat, at_shape) == second
+    # The same residual four octaves away in N: weight exp(-8) = 3e-4, c = ln(1.3) * 3e-4 / 0.0503, a 0.2% change.
+    far = [float(names.index(first)), math.log2(4096), math.log2(7168) + 4, math.log2(7168), math.log(1.3)]
+    assert select(4096, 7168, 7168, torch.bfloat16, 132, False, flat, far) == first
+    # Residuals come in fives and with trial fits.
+    with pytest.raises(RuntimeError, match="residuals come in fives"):
+        select(4096, 7168, 7168, torch.bfloat16, 132, False, flat, at_shape[:4])
+    with pytest.raises(RuntimeError, match="residuals come in fives"):
+        select(4096, 7168, 7168, torch.bfloat16, 132, False, [], at_shape)
 
 
 # ---- GPU ----

@@ -8,6 +8,7 @@
 
 #include "sm90/cost_model.h"
 #include "sm90/kernel_registry.h"
+#include "sm90/selection_memo.h"
 
 namespace fp8ext::sm90 {
 namespace {
@@ -16,9 +17,8 @@ struct FitRow {
   const char* name;
   BlockwiseFit fit;
 };
-constexpr FitRow kFits[] = {
+// kFits[] and the residual tables it points into, written by scripts/fit_blockwise_dispatch.py.
 #include "sm90/blockwise_cost_coeffs.inc"
-};
 
 // Defaults for a kernel without a fit, used only where no fitted kernel computes the call: for a tile kernel 8 us
 // fixed and one SM's share of about 900 dense fp8 TFLOP/s (132 SMs, 2 FLOP per MAC); a decode kernel takes its
@@ -35,6 +35,44 @@ const BlockwiseFit* own_fit(std::string_view name) {
 
 std::atomic<const BlockwiseKernelEntry*> g_forced{nullptr};
 
+// The memo of the compiled-in selections (selection_memo.h): everything select_blockwise_kernel reads.
+struct SelectionKey {
+  int64_t M, N, K;
+  int out, sm_count;
+  bool allow_workspace;
+  bool operator==(const SelectionKey&) const = default;
+};
+struct SelectionKeyHash {
+  size_t operator()(const SelectionKey& k) const {
+    return hash_fields({uint64_t(k.M), uint64_t(k.N), uint64_t(k.K), uint64_t(k.out), uint64_t(k.sm_count),
+                        uint64_t(k.allow_workspace)});
+  }
+};
+SelectionMemo<SelectionKey, const BlockwiseKernelEntry*, SelectionKeyHash> g_selections;
+
+const BlockwiseKernelEntry* select_uncached(int64_t M, int64_t N, int64_t K, OutType out, int sm_count,
+                                            bool allow_workspace, const std::vector<BlockwiseFit>* fits) {
+  const std::vector<BlockwiseKernelEntry>& kernels = all_blockwise_kernels();
+  // The fastest fitted kernel; the unfitted ones (a kernel not yet timed on the tuning rows) only where no fitted
+  // kernel computes the call.
+  const BlockwiseKernelEntry* best[2] = {nullptr, nullptr};  // [fitted, unfitted]
+  double best_us[2] = {0.0, 0.0};
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const BlockwiseKernelEntry& k = kernels[i];
+    if (!allow_workspace && k.traits.schedule == Schedule::kStreamK) continue;
+    // The fit is looked up once per kernel (a name search) and serves both the prediction and the fitted test.
+    const BlockwiseFit fit = fits != nullptr && i < fits->size() ? (*fits)[i] : blockwise_fit(k);
+    const double us = blockwise_predicted_us(k, M, N, K, out, sm_count, &fit);
+    if (us < 0.0) continue;
+    const int u = fit.fitted() ? 0 : 1;
+    if (best[u] == nullptr || us < best_us[u]) {  // ties: the first by name, so the choice is stable
+      best[u] = &k;
+      best_us[u] = us;
+    }
+  }
+  return best[0] != nullptr ? best[0] : best[1];
+}
+
 }  // namespace
 
 double blockwise_work(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K, int sm_count) {
@@ -50,6 +88,19 @@ double blockwise_work(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K,
   const double tile_macs = static_cast<double>(t.tile_m) * t.tile_n * static_cast<double>(K);
   if (t.schedule == Schedule::kStreamK) return static_cast<double>(tiles) * tile_macs / sm_count;
   return static_cast<double>((tiles + sm_count - 1) / sm_count) * tile_macs;
+}
+
+double residual_correction(std::span<const BlockwiseResidual> residuals, int64_t M, int64_t N, int64_t K) {
+  if (residuals.empty() || M <= 0 || N <= 0 || K <= 0) return 0.0;
+  const double lm = std::log2(double(M)), ln = std::log2(double(N)), lk = std::log2(double(K));
+  double weights = 0.0, weighted = 0.0;
+  for (const BlockwiseResidual& r : residuals) {
+    const double dm = lm - r.log2_m, dn = ln - r.log2_n, dk = lk - r.log2_k;
+    const double w = std::exp(-0.5 * (dm * dm + dn * dn + dk * dk));
+    weights += w;
+    weighted += w * r.log_ratio;
+  }
+  return weighted / (weights + kResidualPrior);
 }
 
 BlockwiseFit blockwise_fit(const BlockwiseKernelEntry& kernel) {
@@ -72,30 +123,14 @@ double blockwise_predicted_us(const BlockwiseKernelEntry& kernel, int64_t M, int
   if (t.schedule == Schedule::kGemv && w <= 0.0) return -1.0;  // no twin to predict it from: never picked
   BlockwiseFit f = fit != nullptr ? *fit : blockwise_fit(kernel);
   if (!f.fitted()) f = t.schedule == Schedule::kGemv ? kDefaultDecodeFit : kDefaultTileFit;
-  return f.a_us + f.b_us_per_mac * w;
+  return (f.a_us + f.b_us_per_mac * w) * std::exp(residual_correction(f.residuals, M, N, K));
 }
 
 const BlockwiseKernelEntry* select_blockwise_kernel(int64_t M, int64_t N, int64_t K, OutType out, int sm_count,
                                                     bool allow_workspace, const std::vector<BlockwiseFit>* fits) {
-  const std::vector<BlockwiseKernelEntry>& kernels = all_blockwise_kernels();
-  // The fastest fitted kernel; the unfitted ones (a kernel not yet timed on the tuning rows) only where no fitted
-  // kernel computes the call.
-  const BlockwiseKernelEntry* best[2] = {nullptr, nullptr};  // [fitted, unfitted]
-  double best_us[2] = {0.0, 0.0};
-  for (size_t i = 0; i < kernels.size(); ++i) {
-    const BlockwiseKernelEntry& k = kernels[i];
-    if (!allow_workspace && k.traits.schedule == Schedule::kStreamK) continue;
-    // The fit is looked up once per kernel (a name search) and serves both the prediction and the fitted test.
-    const BlockwiseFit fit = fits != nullptr && i < fits->size() ? (*fits)[i] : blockwise_fit(k);
-    const double us = blockwise_predicted_us(k, M, N, K, out, sm_count, &fit);
-    if (us < 0.0) continue;
-    const int u = fit.fitted() ? 0 : 1;
-    if (best[u] == nullptr || us < best_us[u]) {  // ties: the first by name, so the choice is stable
-      best[u] = &k;
-      best_us[u] = us;
-    }
-  }
-  return best[0] != nullptr ? best[0] : best[1];
+  if (fits != nullptr) return select_uncached(M, N, K, out, sm_count, allow_workspace, fits);
+  const SelectionKey key{M, N, K, int(out), sm_count, allow_workspace};
+  return g_selections.get(key, [&] { return select_uncached(M, N, K, out, sm_count, allow_workspace, nullptr); });
 }
 
 const BlockwiseKernelEntry* forced_blockwise_kernel() { return g_forced.load(); }

@@ -1,8 +1,12 @@
 // Which block-scaled kernel (blockwise_gemm.h) computes a call: a kernel forced by name, else the one predicted
 // fastest. Plain C++: no CUTLASS, no libtorch.
 //
-// Every kernel's time is predicted as t = a + b * W [microseconds], with a and b fitted per kernel
-// (blockwise_cost_coeffs.inc), and the fastest prediction is taken. W is
+// Every kernel's time is predicted as
+//
+//   t = (a + b * W) * exp(c)   [microseconds]
+//
+// with a and b fitted per kernel and c its correction from the tuning rows near the call, and the fastest
+// prediction is taken. W is
 //   tile kernels, data-parallel: ceil(tiles / SMs) * tile_m * tile_n * K   (MACs of serial work per SM, padded
 //                                                                           tiles and whole waves included)
 //   tile kernels, stream-K:      tiles * tile_m * tile_n * K / SMs          (K split evenly; b carries the fix-up)
@@ -10,15 +14,27 @@
 //                                kernel's row-wise twin (the same loads and MMAs, the scales placed differently)
 //                                by the row-wise cost model (cost_model.h); b is then a dimensionless ratio.
 // For a tile kernel b is its time per MAC on one SM: it holds the wgmma shape's efficiency and the mainloop's
-// per-group scaling cost, which differ per tile and schedule; a its fixed cost. Kernels without a fit borrow the
-// bf16 kernel of the same tile. A kernel with neither (one added since the last fit) is taken only where no fitted
-// kernel computes the call, with defaults (datasheet-level for tiles, the twin's time as it is for decode).
+// per-group scaling cost, which differ per tile and schedule; a its fixed cost.
+//
+// a + b * W is one straight line per kernel over every regime, and it misses by up to 30% where the regime
+// changes (stream-K's fix-up on few tiles, bandwidth-bound small M). Each kernel therefore keeps the residuals of
+// its fit on the tuning rows, r_i = ln(measured / (a + b * W)) at (M_i, N_i, K_i), and the correction is their
+// Gaussian-weighted mean around the call, in octaves of M, N and K:
+//
+//   c = sum_i w_i r_i / (sum_i w_i + kResidualPrior),   w_i = exp(-d_i^2 / 2),
+//   d_i^2 = (log2 M - log2 M_i)^2 + (log2 N - log2 N_i)^2 + (log2 K - log2 K_i)^2
+//
+// so a call within an octave of tuning rows takes their deviation, and one far from all of them (sum w << prior)
+// keeps the straight line. Kernels without a fit borrow the bf16 kernel of the same tile (fit and residuals). A
+// kernel with neither (one added since the last fit) is taken only where no fitted kernel computes the call, with
+// defaults (datasheet-level for tiles, the twin's time as it is for decode).
 // scripts/fit_blockwise_dispatch.py fits them on the tuning part of the blockwise suite (DeepSeek-V3's layers,
-// every kernel timed, every M); the zoo's held-out rows judge them.
+// every kernel timed, every M); the zoo's held-out rows judge them. Selections are memoized per problem.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -26,12 +42,25 @@
 
 namespace fp8ext::sm90 {
 
+// One tuning row's deviation from a kernel's fit: the row's log2 M, N, K and ln(measured / (a + b * W)).
+struct BlockwiseResidual {
+  float log2_m, log2_n, log2_k, log_ratio;
+};
+
+// The weight, in the correction's denominator, of "no deviation": the correction is shrunk towards 0 where the
+// tuning rows are far (one row at 2.4 octaves has weight 0.05, and moves the prediction half its residual).
+constexpr double kResidualPrior = 0.05;
+
 struct BlockwiseFit {
   double a_us;          // fixed cost
   double b_us_per_mac;  // per MAC of serial work on one SM (per predicted us of the row-wise twin for decode)
+  std::span<const BlockwiseResidual> residuals = {};
   // NaN marks a kernel without a fit: the dispatch takes it only where no fitted kernel computes the call.
   bool fitted() const { return std::isfinite(a_us) && std::isfinite(b_us_per_mac); }
 };
+
+// c of the formula above for (M, N, K); 0 without residuals.
+double residual_correction(std::span<const BlockwiseResidual> residuals, int64_t M, int64_t N, int64_t K);
 
 // W of the formula above (0 for a decode kernel whose row-wise twin was not built: it is then never picked).
 double blockwise_work(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K, int sm_count);
@@ -46,7 +75,8 @@ double blockwise_predicted_us(const BlockwiseKernelEntry& kernel, int64_t M, int
                               int sm_count, const BlockwiseFit* fit = nullptr);
 
 // The kernel dispatch runs; nullptr when none was built for the output type. allow_workspace = false (inside CUDA
-// graph capture) leaves out the stream-K kernels, which need a workspace.
+// graph capture) leaves out the stream-K kernels, which need a workspace. Memoized per problem when `fits` is
+// null (the compiled-in fits).
 const BlockwiseKernelEntry* select_blockwise_kernel(int64_t M, int64_t N, int64_t K, OutType out, int sm_count,
                                                     bool allow_workspace,
                                                     const std::vector<BlockwiseFit>* fits = nullptr);

@@ -6,8 +6,9 @@
 #include <cstring>
 #include <mutex>
 #include <sstream>
-#include <unordered_map>
 #include <vector>
+
+#include "sm90/selection_memo.h"
 
 namespace fp8ext::sm90 {
 namespace {
@@ -91,10 +92,8 @@ Selection select_uncached(const ProblemKey& key, int sm_count, bool allow_worksp
   return s;
 }
 
-// The selection is memoized per problem. Ranking every built kernel (a few band options each) costs several
-// microseconds of host time, a third of an eager call on a small problem, and serving repeats a few shapes many
-// times. Everything the selection reads is in the key: the problem, the SM count, the capture state, whether
-// torch can take the call and the backstop switch; the kernels and their coefficients are fixed at build time.
+// The selection is memoized per problem (selection_memo.h). Everything the selection reads is in the key: the
+// problem, the SM count, the capture state, whether torch can take the call and the backstop switch.
 struct SelectionKey {
   int64_t M, N, K;
   int out, accum, in_a, in_b, sm_count;
@@ -104,20 +103,13 @@ struct SelectionKey {
 
 struct SelectionKeyHash {
   size_t operator()(const SelectionKey& k) const {
-    uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
-    for (const uint64_t v : {uint64_t(k.M), uint64_t(k.N), uint64_t(k.K), uint64_t(k.out), uint64_t(k.accum),
-                             uint64_t(k.in_a), uint64_t(k.in_b), uint64_t(k.sm_count), uint64_t(k.allow_workspace),
-                             uint64_t(k.torch_can_run), uint64_t(k.backstop)}) {
-      h = (h ^ v) * 1099511628211ull;
-    }
-    return size_t(h);
+    return hash_fields({uint64_t(k.M), uint64_t(k.N), uint64_t(k.K), uint64_t(k.out), uint64_t(k.accum),
+                        uint64_t(k.in_a), uint64_t(k.in_b), uint64_t(k.sm_count), uint64_t(k.allow_workspace),
+                        uint64_t(k.torch_can_run), uint64_t(k.backstop)});
   }
 };
 
-// Bounded: a process that sees more distinct problems than this starts the memo over (a rank costs microseconds).
-constexpr size_t kMaxMemoizedSelections = 4096;
-std::mutex g_selection_mutex;
-std::unordered_map<SelectionKey, Selection, SelectionKeyHash> g_selections;
+SelectionMemo<SelectionKey, Selection, SelectionKeyHash> g_selections;
 
 }  // namespace
 
@@ -125,15 +117,7 @@ Selection select_kernel(const ProblemKey& key, int sm_count, bool allow_workspac
   const bool backstop = torch_can_run && torch_backstop_enabled();
   const SelectionKey k{key.M, key.N, key.K, int(key.out), int(key.accum), int(key.in_a), int(key.in_b),
                        sm_count, allow_workspace, torch_can_run, backstop};
-  {
-    std::lock_guard<std::mutex> lock(g_selection_mutex);
-    if (const auto it = g_selections.find(k); it != g_selections.end()) return it->second;
-  }
-  const Selection s = select_uncached(key, sm_count, allow_workspace, torch_can_run, backstop);
-  std::lock_guard<std::mutex> lock(g_selection_mutex);
-  if (g_selections.size() >= kMaxMemoizedSelections) g_selections.clear();
-  g_selections.emplace(k, s);
-  return s;
+  return g_selections.get(k, [&] { return select_uncached(key, sm_count, allow_workspace, torch_can_run, backstop); });
 }
 
 void set_torch_backstop(bool enabled) { g_torch_backstop.store(enabled ? 1 : 0); }
