@@ -19,7 +19,9 @@ from ..timing import Timer, progress as progress_bar
 DEEPSEEK_V3 = [("q_a_proj", 1536, 7168), ("q_b_proj", 24576, 1536), ("kv_a_proj_with_mqa", 576, 7168),
                ("kv_b_proj", 32768, 512), ("o_proj", 7168, 16384), ("dense_gate_up", 36864, 7168),
                ("dense_down", 7168, 18432), ("expert_gate_up", 4096, 7168), ("expert_down", 7168, 2048)]
-DEEPSEEK_M = [1, 16, 64, 128, 512, 1024, 4096, 16384]
+# M = 4 and 32 are the decode kernels' largest (bw_gemv_m4_*, bw_gemv_tc_*): their fits must see both ends of
+# the range they compute.
+DEEPSEEK_M = [1, 4, 16, 32, 64, 128, 512, 1024, 4096, 16384]
 GROUPS = (("M<=128", lambda m: m <= 128), ("128<M<1024", lambda m: 128 < m < 1024), ("M>=1024", lambda m: m >= 1024))
 
 
