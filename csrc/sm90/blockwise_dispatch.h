@@ -16,7 +16,7 @@
 // For a tile kernel b is its time per MAC on one SM: it holds the wgmma shape's efficiency and the mainloop's
 // per-group scaling cost, which differ per tile and schedule; a its fixed cost.
 //
-// a + b * W is one straight line per kernel over every regime, and it misses by up to 30% where the regime
+// a + b * W is one straight line per kernel over every regime, and it misses by up to 2x where the regime
 // changes (stream-K's fix-up on few tiles, bandwidth-bound small M). Each kernel therefore keeps the residuals of
 // its fit on the tuning rows, r_i = ln(measured / (a + b * W)) at (M_i, N_i, K_i), and the correction is their
 // Gaussian-weighted mean around the call, in octaves of M, N and K:
