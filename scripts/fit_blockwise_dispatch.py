@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 import fp8ext
+from fp8ext.bench.common import geomean
 
 ROOT = Path(__file__).resolve().parent.parent
 COEFFS = ROOT / "csrc" / "sm90" / "blockwise_cost_coeffs.inc"
@@ -55,7 +56,7 @@ def merge_rows(records: list[list[dict]]) -> list[dict]:
                 if isinstance(t, (int, float)) and t > 0:
                     per.setdefault(k, []).append(float(t))
     return [{"M": M, "N": N, "K": K, "split": "tune",
-             "kernels_us": {k: math.exp(sum(map(math.log, ts)) / len(ts)) for k, ts in per.items()}}
+             "kernels_us": {k: geomean(ts) for k, ts in per.items()}}
             for (M, N, K), per in times.items()]
 
 
