@@ -21,6 +21,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include "grid_dependency.cuh"
 #include "quantize_rowwise.h"
 
 namespace fp8ext {
@@ -154,6 +155,10 @@ __global__ void __launch_bounds__(cta_threads(kThreadsPerRow)) quantize_rowwise_
   constexpr int kRowsPerCta = cta_threads(kThreadsPerRow) / kThreadsPerRow;
   using Pack = InPack<In, kVec>;
 
+  // Launched as a dependent (grid_dependency.cuh): x is read only after the kernel before has completed, and the
+  // kernel after (the GEMM of a decode step) may start prefetching its weight right away.
+  pdl::wait_for_prior_grids();
+  pdl::allow_dependent_grids();
   const int row_in_cta = threadIdx.x / kThreadsPerRow;
   const int lane = threadIdx.x % kThreadsPerRow;
   const int64_t nvec = p.K / kVec;
@@ -196,6 +201,8 @@ __global__ void __launch_bounds__(cta_threads(kThreadsPerRow)) quantize_rowwise_
   constexpr int kRowsPerCta = cta_threads(kThreadsPerRow) / kThreadsPerRow;
   using Pack = InPack<In, kVec>;
 
+  pdl::wait_for_prior_grids();  // as in the one-pass kernel
+  pdl::allow_dependent_grids();
   const int row_in_cta = threadIdx.x / kThreadsPerRow;
   const int lane = threadIdx.x % kThreadsPerRow;
   const int64_t nvec = p.K / kVec;
@@ -231,16 +238,14 @@ unsigned grid_for(const QuantizeRowwiseParams& p) {
 
 template <typename In, __nv_fp8_interpretation_t kFormat, int kThreadsPerRow, int kPacks>
 cudaError_t launch_one_pass(const QuantizeRowwiseParams& p, cudaStream_t stream) {
-  quantize_rowwise_one_pass_kernel<In, kFormat, kThreadsPerRow, kPacks>
-      <<<grid_for<kThreadsPerRow>(p), cta_threads(kThreadsPerRow), 0, stream>>>(p);
-  return cudaGetLastError();
+  return pdl::launch(quantize_rowwise_one_pass_kernel<In, kFormat, kThreadsPerRow, kPacks>,
+                     grid_for<kThreadsPerRow>(p), cta_threads(kThreadsPerRow), stream, p);
 }
 
 template <typename In, __nv_fp8_interpretation_t kFormat, int kVec, int kThreadsPerRow>
 cudaError_t launch_two_pass(const QuantizeRowwiseParams& p, cudaStream_t stream) {
-  quantize_rowwise_two_pass_kernel<In, kFormat, kVec, kThreadsPerRow>
-      <<<grid_for<kThreadsPerRow>(p), cta_threads(kThreadsPerRow), 0, stream>>>(p);
-  return cudaGetLastError();
+  return pdl::launch(quantize_rowwise_two_pass_kernel<In, kFormat, kVec, kThreadsPerRow>,
+                     grid_for<kThreadsPerRow>(p), cta_threads(kThreadsPerRow), stream, p);
 }
 
 // 16-byte aligned rows: one pass with the narrowest width that holds the row in 4 packs a thread, two passes

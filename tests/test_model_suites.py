@@ -182,6 +182,31 @@ def test_torchao_failure_is_recorded_not_raised(monkeypatch):
     assert errors == {"torchao": "failed: ImportError: No module named 'torchao'"}
 
 
+def test_linears_omitted_replaces_only_the_fp8_layers_and_copies_no_weight():
+    from fp8ext.nn import Float8Linear
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.ReLU(), torch.nn.Linear(48, 16),
+                                torch.nn.Linear(16, 8))  # the last one is left in float (8 is not a multiple of 16)
+    fp8ext_report = model_suite.convert(model)
+    assert len(fp8ext_report.swapped) == 2
+    before = {n: p.clone() for n, p in model.state_dict().items()}
+    free = model_suite.linears_omitted(model)
+    assert [type(m).__name__ for m in free] == ["_Omitted", "ReLU", "_Omitted", "Linear"]
+    assert all(isinstance(model[i], Float8Linear) for i in (0, 2))  # the original is untouched
+    assert all(torch.equal(before[n], p) for n, p in model.state_dict().items())
+    assert not any(t.dtype == torch.float8_e4m3fn for t in free.state_dict().values())
+    assert free(torch.randn(5, 3, 32)).shape == (5, 3, 8)
+    assert free[3].weight.data_ptr() != model[3].weight.data_ptr()  # the rest is a real copy
+
+
+def test_model_summary_reports_the_decode_ceiling():
+    graph = model_suite.timing_entry({"bf16": 10.0, "fp8ext": 8.0, model_suite.CEILING: 6.0}, 1)
+    results = [{"config": "8b", "prefill": [], "decode": [{"batch": 1, "graph": graph}]}]
+    s = model_suite.summarize(results)
+    assert s["8b decode graph b=1 fp8ext/bf16 tok/s"] == 1.25
+    assert s["8b decode graph b=1 ceiling (linears_omitted)/bf16 tok/s"] == pytest.approx(10 / 6, abs=1e-3)
+
+
 # ---- quantize -------------------------------------------------------------------------------------------------
 
 def test_bandwidth_arithmetic():

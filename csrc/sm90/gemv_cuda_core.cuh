@@ -23,6 +23,7 @@
 
 #include <cstdint>
 
+#include "grid_dependency.cuh"
 #include "sm90/decode_common.cuh"
 
 namespace fp8ext::sm90::gemv {
@@ -41,6 +42,12 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(typename Policy::Para
   const auto* a = static_cast<const uint8_t*>(p.a);
   const auto* w = static_cast<const uint8_t*>(p.b);
   const bool row_valid[kRowsPerWarp] = {true, row0 + 1 < p.N};
+  // Launched as a dependent of the activation quantize (grid_dependency.cuh): while it may still run, lane r asks
+  // the L2 for weight row row0 + r; everything is read after the wait.
+  if (lane < kRowsPerWarp && row0 + lane < p.N) {
+    pdl::prefetch_l2(w + (row0 + lane) * p.ldb, static_cast<uint32_t>(p.K));
+  }
+  pdl::wait_for_prior_grids();
 
   float acc[M][kRowsPerWarp] = {};
   for (int64_t k_base = static_cast<int64_t>(lane) * kChunk; k_base < p.K; k_base += 32 * kChunk * kUnroll) {
@@ -113,13 +120,12 @@ cudaError_t launch(const typename Policy::Params& p) {
   const dim3 grid(static_cast<unsigned>((p.N + rows_per_block - 1) / rows_per_block));
   const dim3 block(kWarps * 32);
   switch (p.M) {
-    case 1: gemv_kernel<Policy, Out, KindA, 1><<<grid, block, 0, p.stream>>>(p); break;
-    case 2: gemv_kernel<Policy, Out, KindA, 2><<<grid, block, 0, p.stream>>>(p); break;
-    case 3: gemv_kernel<Policy, Out, KindA, 3><<<grid, block, 0, p.stream>>>(p); break;
-    case 4: gemv_kernel<Policy, Out, KindA, 4><<<grid, block, 0, p.stream>>>(p); break;
+    case 1: return pdl::launch(gemv_kernel<Policy, Out, KindA, 1>, grid, block, p.stream, p);
+    case 2: return pdl::launch(gemv_kernel<Policy, Out, KindA, 2>, grid, block, p.stream, p);
+    case 3: return pdl::launch(gemv_kernel<Policy, Out, KindA, 3>, grid, block, p.stream, p);
+    case 4: return pdl::launch(gemv_kernel<Policy, Out, KindA, 4>, grid, block, p.stream, p);
     default: return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 }  // namespace fp8ext::sm90::gemv

@@ -41,6 +41,7 @@
 
 #include <cstdint>
 
+#include "grid_dependency.cuh"
 #include "sm90/decode_common.cuh"
 
 namespace fp8ext::sm90::gemv_tc {
@@ -127,6 +128,14 @@ __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBloc
   const int64_t slice_len = (p.K + S * kChunk - 1) / (S * kChunk) * kChunk;
   const int64_t k_begin = slice * slice_len;
   const int64_t k_end = k_begin + slice_len < p.K ? k_begin + slice_len : p.K;
+
+  // Launched as a dependent of the activation quantize (grid_dependency.cuh): while it may still run, each of the
+  // group's rows asks the L2 for this warp's slice of the weight, the bytes that dominate the kernel's time.
+  // Everything is read after the wait.
+  if (lane < kGroupRows && first_row + lane < p.N && k_end > k_begin) {
+    pdl::prefetch_l2(w + (first_row + lane) * p.ldb + k_begin, static_cast<uint32_t>(k_end - k_begin));
+  }
+  pdl::wait_for_prior_grids();
 
   const uint4 zero = make_uint4(0, 0, 0, 0);
   float acc[MT][NT][4] = {};
@@ -217,14 +226,9 @@ cudaError_t launch_tiles(const typename Policy::Params& p) {
   constexpr int64_t kBlockRows = kWarps / S * MT * kTileRows;
   const dim3 grid(static_cast<unsigned>((p.N + kBlockRows - 1) / kBlockRows));
   const dim3 block(kWarps * 32);
-  if (p.M <= 8) {
-    gemv_tc_kernel<Policy, Out, KindA, MT, 1, S><<<grid, block, 0, p.stream>>>(p);
-  } else if (p.M <= 16) {
-    gemv_tc_kernel<Policy, Out, KindA, MT, 2, S><<<grid, block, 0, p.stream>>>(p);
-  } else {
-    gemv_tc_kernel<Policy, Out, KindA, MT, 4, S><<<grid, block, 0, p.stream>>>(p);
-  }
-  return cudaGetLastError();
+  if (p.M <= 8) return pdl::launch(gemv_tc_kernel<Policy, Out, KindA, MT, 1, S>, grid, block, p.stream, p);
+  if (p.M <= 16) return pdl::launch(gemv_tc_kernel<Policy, Out, KindA, MT, 2, S>, grid, block, p.stream, p);
+  return pdl::launch(gemv_tc_kernel<Policy, Out, KindA, MT, 4, S>, grid, block, p.stream, p);
 }
 
 }  // namespace fp8ext::sm90::gemv_tc

@@ -22,6 +22,11 @@ logits, and top-1 agreement (the fraction of positions whose argmax equals bf16'
 last 512 // batch positions of each sequence) and over the batch's decode positions. A failure of one variant or
 one measurement is recorded as a "failed: ..." string in its place.
 
+Decode is also timed for linears_omitted: the converted model with each Float8Linear replaced by a layer that only
+allocates its output. It is everything FP8 does not change (norms, RoPE, attention, the KV cache, the bf16
+lm_head), so bf16's time over it is the ceiling of any FP8 linear layer on this model, measured in the same turns
+(the summary's "ceiling" entries; no accuracy, its outputs are garbage).
+
 With --compile, the variants of --compile-variants are also timed under torch.compile (inductor, one graph per
 shape): prefill ("compiled") and the decode step replayed as a CUDA graph ("compiled_graph"). Eager HF Llama runs
 its norms, rotary embedding, activation and residual adds as many small kernels that FP8 does not speed up; under
@@ -52,6 +57,9 @@ PREFILL = [(1, 2048), (8, 512)]
 DECODE_BATCHES = [1, 8, 64]
 TOP1_POSITIONS = 512
 VARIANTS = ("bf16", "fp8ext", "torch_rowwise", "torchao")
+# Decode only: the converted model with its FP8 layers omitted (linears_omitted), timed beside the variants; its
+# speed-up over bf16 is the ceiling of any FP8 linear layer on this model.
+CEILING = "linears_omitted"
 
 
 def _transformers():
@@ -105,6 +113,27 @@ def variants(model: nn.Module, torchao: bool = True) -> tuple[dict[str, nn.Modul
     else:
         errors["torchao"] = "not requested (--no-torchao)"
     return models, {"swapped": len(report.swapped), "skipped": [list(s) for s in report.skipped]}, errors
+
+
+class _Omitted(nn.Module):
+    """A swapped layer that costs nothing: its output is uninitialised memory of the right shape. Only for timing
+    the rest of the model (CEILING): the values are garbage, and no kernel's time here depends on them."""
+
+    def __init__(self, out_features: int):
+        super().__init__()
+        self.out_features = out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.new_empty(*x.shape[:-1], self.out_features)
+
+
+def linears_omitted(fp8: nn.Module) -> nn.Module:
+    """A copy of the converted model with every Float8Linear replaced by _Omitted: its decode step is the time of
+    everything fp8ext does not change (norms, RoPE, attention, the KV cache, the bf16 lm_head). bf16's time over
+    it is the most any FP8 linear layer could give this model end to end. The memo keeps deepcopy from copying the
+    FP8 weights."""
+    memo = {id(m): _Omitted(m.out_features) for m in fp8.modules() if isinstance(m, Float8Linear)}
+    return copy.deepcopy(fp8, memo)
 
 
 def top1_agreement(logits: torch.Tensor, ref: torch.Tensor) -> float:
@@ -276,11 +305,14 @@ def _graphs(steps: dict) -> tuple[dict, dict]:
             {n: g for n, g in graphs.items() if isinstance(g, str)})
 
 
-def _decode_row(models, batch, ctx, vocab, device, timed, iters, rounds, compiled=None) -> dict:
+def _decode_row(models, batch, ctx, vocab, device, timed, iters, rounds, compiled=None, ceiling=None) -> dict:
     """`compiled`: {variant: the model under torch.compile}, whose decode step is also timed as a CUDA graph
-    ("compiled_graph": inductor fuses the layers' small kernels, the graph removes the launches)."""
+    ("compiled_graph": inductor fuses the layers' small kernels, the graph removes the launches). `ceiling`: the
+    linears_omitted model, timed beside the variants as CEILING (no accuracy: its outputs are garbage)."""
     steps = {name: guarded(lambda m=m: decode_step(m, batch, ctx, vocab, device)) for name, m in models.items()}
     logits = {name: s if isinstance(s, str) else guarded(s) for name, s in steps.items()}
+    if ceiling is not None and timed:
+        steps[CEILING] = guarded(lambda: decode_step(ceiling, batch, ctx, vocab, device))
     row = {"batch": batch, "ctx": ctx, "tokens": batch}
     ref = logits.pop("bf16")
     if isinstance(ref, str):
@@ -320,6 +352,7 @@ def compare(config: str = "8b", layers: int = 2, vocab: int = LLAMA3_VOCAB, devi
     if compiled and timed:
         names = [n for n in models if compile_variants is None or n in compile_variants]
         under_compile = {n: compile_model(models[n]) for n in names}
+    ceiling = linears_omitted(models["fp8ext"]) if timed and "fp8ext" in models else None
     result = {"config": config, "shapes": CONFIGS[config], "layers": layers, "vocab": vocab, "ctx": ctx,
               "convert": report, "variants": list(models), "variant_errors": variant_errors,
               "prefill": [], "decode": []}
@@ -331,10 +364,10 @@ def compare(config: str = "8b", layers: int = 2, vocab: int = LLAMA3_VOCAB, devi
             _free(device)
         for batch in decode_batches:
             row = guarded(lambda: _decode_row(models, batch, ctx, vocab, device, timed, iters, rounds,
-                                              under_compile))
+                                              under_compile, ceiling))
             result["decode"].append(row if isinstance(row, dict) else {"batch": batch, "error": row})
             _free(device)
-    del models, model, under_compile
+    del models, model, under_compile, ceiling
     _free(device)
     return result
 
@@ -392,6 +425,9 @@ def summarize(results: list[dict]) -> dict:
                             r[extra]["speedup"]["vs_bf16"].get("fp8ext"))
                 out[f"{c} {tag} {shape} fp8ext/bf16 tok/s"] = _value(
                     entry.get("speedup", {}).get("vs_bf16", {}).get("fp8ext") if entry else r.get("error"))
+                if phase == "decode" and CEILING in (entry.get("ms") or {}):
+                    out[f"{c} {tag} {shape} ceiling ({CEILING})/bf16 tok/s"] = _value(
+                        entry["speedup"]["vs_bf16"].get(CEILING, entry["ms"][CEILING]))
                 for peer in over:
                     over[peer].append(entry.get("speedup", {}).get(f"fp8ext_vs_{peer}"))
                 if phase == "prefill":

@@ -1,0 +1,81 @@
+// Programmatic dependent launch (PDL) for the small kernels of a decode step: the activation quantize
+// (quantize_rowwise.cu) and the decode GEMMs (sm90/gemv_cuda_core.cuh, sm90/gemv_tensor_core.cuh).
+//
+// Why: at decode, a Float8Linear is two short kernels in a row, quantize(x) then the GEMV, and in a CUDA graph the
+// GEMV cannot start streaming its weight, the bulk of its time, until the quantize has finished. Launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization, a kernel may start while the kernel before it in the stream
+// still runs, once that one has executed griddepcontrol.launch_dependents (or exited). Its
+// griddepcontrol.wait then blocks until the previous grid has completed and its writes are visible.
+//
+// The rule that keeps this correct: before wait_for_prior_grids() a kernel reads nothing and writes nothing. The
+// decode GEMMs only issue L2 prefetches of their weight slice there. A prefetch cannot return stale data: the L2
+// is the GPU's point of coherence, every write of the previous kernel lands there, and the values the GEMM uses
+// are loaded after the wait. So the overlap needs no promise about who wrote the weight. Since every kernel waits
+// before its first read, completion is transitive: when the GEMM's wait returns, the quantize has completed, and
+// the quantize completed only after the kernel before it had.
+//
+// Without the attribute (FP8EXT_PDL=0 in the environment, read once) the instructions are no-ops and the
+// kernels run in plain stream order. Plain CUDA: no libtorch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+namespace fp8ext::pdl {
+
+// Blocks until every grid this one depends on has completed and its memory is visible (a no-op when the kernel
+// was not launched as a dependent).
+__device__ __forceinline__ void wait_for_prior_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next kernel in the stream, if launched as a dependent, start now. Its own wait still waits for this
+// grid to complete, so where this is called affects only timing.
+__device__ __forceinline__ void allow_dependent_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Asks the L2 to fetch [ptr, ptr + bytes): ptr 16-byte aligned, bytes a multiple of 16. A hint only: it moves no
+// data into registers or L1 and never makes a later load return anything but the current value.
+__device__ __forceinline__ void prefetch_l2(const void* ptr, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(reinterpret_cast<uint64_t>(ptr)), "r"(bytes)
+               : "memory");
+#endif
+}
+
+// Whether kernels are launched as dependents: on unless the environment has FP8EXT_PDL=0 (read once).
+inline bool enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("FP8EXT_PDL");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+// kernel<<<grid, block, 0, stream>>>(args...), launched as a dependent of the stream's previous kernel when
+// enabled(). The kernel must call wait_for_prior_grids() before its first global memory access.
+template <class... Params, class... Args>
+cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace fp8ext::pdl
