@@ -7,6 +7,11 @@
 // still runs, once that one has executed griddepcontrol.launch_dependents (or exited). Its
 // griddepcontrol.wait then blocks until the previous grid has completed and its writes are visible.
 //
+// Each of these kernels also calls launch_dependents as soon as its own wait returns, so that the next of them (the
+// quantize for k_proj after q_proj's GEMV, say) is resident and waiting when this one finishes; a kernel launched
+// the ordinary way after them is unaffected. A dependent can start only once every block of the grid before it has
+// started, so the blocks it occupies never hold back the grid it waits for.
+//
 // The rule that keeps this correct: before wait_for_prior_grids() a kernel reads nothing and writes nothing. The
 // decode GEMMs only issue L2 prefetches of their weight slice there. A prefetch cannot return stale data: the L2
 // is the GPU's point of coherence, every write of the previous kernel lands there, and the values the GEMM uses

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import fp8ext
-from fp8ext.testing import check_against_reference, kernel_max_m, random_blockwise_operands, random_operands
+from fp8ext.testing import (check_against_reference, kernel_dtypes, kernel_max_m, random_blockwise_operands,
+                            random_operands)
 
 pytestmark = pytest.mark.gpu
 
@@ -28,6 +29,15 @@ def _max_m(name):
     return kernel_max_m(name)
 
 
+def _call_kwargs(name):
+    """The out dtype and accumulation a forced kernel computes."""
+    if name in BLOCKWISE_DECODE:
+        return {"out_dtype": {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[
+            name.rsplit("_", 1)[1]]}
+    out, fast, _ = kernel_dtypes(name)
+    return {"out_dtype": out, "use_fast_accum": fast}
+
+
 def _operands(name, M):
     if name in BLOCKWISE_DECODE:
         return random_blockwise_operands(M, N, K, device=DEV)
@@ -37,7 +47,8 @@ def _operands(name, M):
 class Buffers:
     """Inputs that the test rewrites in place before each call: the weight kept as [N, K] (b is its transpose)."""
 
-    def __init__(self, a, b, sa, sb):
+    def __init__(self, name, a, b, sa, sb):
+        self.kwargs = _call_kwargs(name)
         self.a, self.w, self.sa, self.sb = (torch.empty_like(a), torch.empty_like(b.t()), torch.empty_like(sa),
                                             torch.empty_like(sb))
         assert self.sa.stride() == sa.stride() and self.sb.stride() == sb.stride()
@@ -51,27 +62,28 @@ class Buffers:
             self.w.copy_(b.t()), self.a.copy_(a)
 
     def call(self):
-        return fp8ext.scaled_mm(self.a, self.w.t(), self.sa, self.sb)
+        return fp8ext.scaled_mm(self.a, self.w.t(), self.sa, self.sb, **self.kwargs)
 
 
 @pytest.mark.parametrize("weight_last", [True, False], ids=["weight_written_last", "activation_written_last"])
 @pytest.mark.parametrize("name", ROWWISE_DECODE + BLOCKWISE_DECODE or ["<no decode kernel built>"])
 def test_decode_kernel_reads_what_the_previous_kernel_wrote(name, weight_last):
     for M in sorted({1, _max_m(name)}):
-        bufs = Buffers(*_operands(name, M))
+        bufs = Buffers(name, *_operands(name, M))
         with fp8ext.force_kernel(name):
             for turn in range(3):
                 a, b, sa, sb = _operands(name, M)
                 bufs.write(a, b, sa, sb, weight_last)
                 out = bufs.call()
-                check_against_reference(out, a, b, sa, sb, use_fast_accum=True, what=f"{name} M={M} turn {turn}")
+                check_against_reference(out, a, b, sa, sb, use_fast_accum=bufs.kwargs.get("use_fast_accum", False),
+                                        what=f"{name} M={M} turn {turn}")
 
 
 @pytest.mark.parametrize("name", ROWWISE_DECODE + BLOCKWISE_DECODE or ["<no decode kernel built>"])
 def test_decode_kernel_in_a_cuda_graph_reads_new_inputs_on_replay(name):
     M = _max_m(name)
     src = [t.clone() for t in _operands(name, M)]
-    bufs = Buffers(*src)
+    bufs = Buffers(name, *src)
     with fp8ext.force_kernel(name):
         bufs.write(*src, weight_last=True)
         bufs.call()  # warm up outside the capture
@@ -86,7 +98,8 @@ def test_decode_kernel_in_a_cuda_graph_reads_new_inputs_on_replay(name):
             s.copy_(n)
         graph.replay()
         torch.cuda.synchronize()
-        check_against_reference(out, *new, use_fast_accum=True, what=f"{name} graph replay {turn}")
+        check_against_reference(out, *new, use_fast_accum=bufs.kwargs.get("use_fast_accum", False),
+                                what=f"{name} graph replay {turn}")
 
 
 @pytest.mark.parametrize("M", [1, 4, 8, 16, 32])
@@ -99,7 +112,8 @@ def test_float8linear_decode_equals_quantize_then_gemm_after_a_sync(M):
         y = layer(x)
         xq, xs = fp8ext.quantize_rowwise(x)
         torch.cuda.synchronize()
-        want = fp8ext.scaled_mm(xq, layer.weight.t(), xs, layer.weight_scale, bias=layer.bias)
+        want = fp8ext.scaled_mm(xq, layer.weight.t(), xs, layer.weight_scale, bias=layer.bias,
+                                use_fast_accum=layer.use_fast_accum)
         torch.cuda.synchronize()
         assert torch.equal(y, want), f"M={M} turn {turn}"
 

@@ -48,6 +48,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(typename Policy::Para
     pdl::prefetch_l2(w + (row0 + lane) * p.ldb, static_cast<uint32_t>(p.K));
   }
   pdl::wait_for_prior_grids();
+  pdl::allow_dependent_grids();  // the next fp8ext kernel (a decode step's next quantize) may start waiting
 
   float acc[M][kRowsPerWarp] = {};
   for (int64_t k_base = static_cast<int64_t>(lane) * kChunk; k_base < p.K; k_base += 32 * kChunk * kUnroll) {

@@ -136,6 +136,7 @@ __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBloc
     pdl::prefetch_l2(w + (first_row + lane) * p.ldb + k_begin, static_cast<uint32_t>(k_end - k_begin));
   }
   pdl::wait_for_prior_grids();
+  pdl::allow_dependent_grids();  // the next fp8ext kernel (a decode step's next quantize) may start waiting
 
   const uint4 zero = make_uint4(0, 0, 0, 0);
   float acc[MT][NT][4] = {};

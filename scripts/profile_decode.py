@@ -1,0 +1,90 @@
+"""Where a decode step's GPU time goes: the model suite's Llama stack (bf16 and fp8ext.convert), one decode step
+captured as a CUDA graph, its replays profiled with torch.profiler, kernel time summed by kind.
+
+    python scripts/profile_decode.py --config 8b --layers 32 --batch 1,8 --json out.json
+
+Per variant and batch: the step's wall time (CUDA events, median of the replays), the sum of kernel durations by
+kind (fp8ext quantize, fp8ext decode GEMV, fp8ext CUTLASS GEMM, bf16 GEMM, attention, other) and the number of
+kernels per step. Wall time minus the kernel sum is the time the GPU sits between kernels.
+"""
+import argparse
+import collections
+import json
+import statistics
+import sys
+
+import torch
+
+from fp8ext.bench.common import suite_record
+from fp8ext.bench.suites.model import build_model, cuda_graph, decode_step, variants
+
+
+def kind(name: str) -> str:
+    n = name.lower()
+    if "quantize_rowwise" in n:
+        return "fp8ext_quantize"
+    if "gemv" in n:
+        return "fp8ext_gemv"
+    if "cutlass" in n or "device_kernel" in n:
+        return "fp8ext_cutlass"
+    if "gemm" in n or "nvjet" in n or "sm90_xmma" in n or "cublas" in n:
+        return "bf16_gemm"
+    if "flash" in n or "fmha" in n or "attention" in n or "sdpa" in n:
+        return "attention"
+    return "other"
+
+
+def profile_step(replay, replays: int) -> dict:
+    for _ in range(3):
+        replay()
+    torch.cuda.synchronize()
+    walls = []
+    for _ in range(replays):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        replay()
+        stop.record()
+        stop.synchronize()
+        walls.append(start.elapsed_time(stop))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            replay()
+        torch.cuda.synchronize()
+    per_kind = collections.defaultdict(float)
+    count = 0
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time > 0:
+            per_kind[kind(e.name)] += e.device_time / 1e3 / replays  # ms per step
+            count += 1
+    return {"wall_ms": statistics.median(walls), "kernel_ms": dict(per_kind),
+            "kernel_sum_ms": sum(per_kind.values()), "kernels_per_step": count / replays}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", default="8b")
+    p.add_argument("--layers", type=int, default=32)
+    p.add_argument("--batch", default="1,8")
+    p.add_argument("--ctx", type=int, default=256)
+    p.add_argument("--replays", type=int, default=10)
+    p.add_argument("--json")
+    args = p.parse_args(argv)
+    model = build_model(args.config, args.layers, 128256, "cuda")
+    models, _, _ = variants(model, torchao=False)
+    rows = []
+    with torch.inference_mode():
+        for batch in (int(b) for b in args.batch.split(",")):
+            for name in ("bf16", "fp8ext"):
+                replay = cuda_graph(decode_step(models[name], batch, args.ctx, 128256, "cuda"))
+                row = {"variant": name, "batch": batch, **profile_step(replay, args.replays)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({**suite_record("profile_decode"), "config": args.config, "layers": args.layers,
+                       "ctx": args.ctx, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
