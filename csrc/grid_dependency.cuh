@@ -19,8 +19,9 @@
 // before its first read, completion is transitive: when the GEMM's wait returns, the quantize has completed, and
 // the quantize completed only after the kernel before it had.
 //
-// Without the attribute (FP8EXT_PDL=0 in the environment, read once) the instructions are no-ops and the
-// kernels run in plain stream order. Plain CUDA: no libtorch.
+// With FP8EXT_PDL=0 in the environment (read once) kernels are launched without the attribute, where the
+// instructions are no-ops, and the decode GEMMs skip the prefetch: plain stream order, as before.
+// Plain CUDA: no libtorch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -56,6 +57,11 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr, uint32_t bytes) {
                : "memory");
 #endif
 }
+
+// The most a decode GEMM's block prefetches before its wait. The resident blocks (about 264 on an H200) then ask
+// for at most 17 MB, a third of the L2, so that nothing prefetched is evicted before it is read; and a quantize
+// overlaps with only a few microseconds of streaming anyway (3.8 TB/s for 3 us is 11 MB across the GPU).
+constexpr int64_t kPrefetchBytesPerBlock = 64 * 1024;
 
 // Whether kernels are launched as dependents: on unless the environment has FP8EXT_PDL=0 (read once).
 inline bool enabled() {

@@ -35,7 +35,7 @@ constexpr int kChunk = 16;       // bytes per lane per load
 constexpr int kUnroll = 2;       // K chunks per lane per loop iteration
 
 template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int M>
-__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(typename Policy::Params p) {
+__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(typename Policy::Params p, bool prefetch) {
   const int lane = threadIdx.x % 32;
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kRowsPerWarp;
   if (row0 >= p.N) return;
@@ -43,9 +43,11 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(typename Policy::Para
   const auto* w = static_cast<const uint8_t*>(p.b);
   const bool row_valid[kRowsPerWarp] = {true, row0 + 1 < p.N};
   // Launched as a dependent of the activation quantize (grid_dependency.cuh): while it may still run, lane r asks
-  // the L2 for weight row row0 + r; everything is read after the wait.
-  if (lane < kRowsPerWarp && row0 + lane < p.N) {
-    pdl::prefetch_l2(w + (row0 + lane) * p.ldb, static_cast<uint32_t>(p.K));
+  // the L2 for the start of weight row row0 + r (the block's share of kPrefetchBytesPerBlock); everything is read
+  // after the wait.
+  constexpr int64_t kPrefetchPerRow = pdl::kPrefetchBytesPerBlock / (kWarps * kRowsPerWarp) / 16 * 16;
+  if (prefetch && lane < kRowsPerWarp && row0 + lane < p.N) {
+    pdl::prefetch_l2(w + (row0 + lane) * p.ldb, static_cast<uint32_t>(p.K < kPrefetchPerRow ? p.K : kPrefetchPerRow));
   }
   pdl::wait_for_prior_grids();
   pdl::allow_dependent_grids();  // the next fp8ext kernel (a decode step's next quantize) may start waiting
@@ -121,10 +123,10 @@ cudaError_t launch(const typename Policy::Params& p) {
   const dim3 grid(static_cast<unsigned>((p.N + rows_per_block - 1) / rows_per_block));
   const dim3 block(kWarps * 32);
   switch (p.M) {
-    case 1: return pdl::launch(gemv_kernel<Policy, Out, KindA, 1>, grid, block, p.stream, p);
-    case 2: return pdl::launch(gemv_kernel<Policy, Out, KindA, 2>, grid, block, p.stream, p);
-    case 3: return pdl::launch(gemv_kernel<Policy, Out, KindA, 3>, grid, block, p.stream, p);
-    case 4: return pdl::launch(gemv_kernel<Policy, Out, KindA, 4>, grid, block, p.stream, p);
+    case 1: return pdl::launch(gemv_kernel<Policy, Out, KindA, 1>, grid, block, p.stream, p, pdl::enabled());
+    case 2: return pdl::launch(gemv_kernel<Policy, Out, KindA, 2>, grid, block, p.stream, p, pdl::enabled());
+    case 3: return pdl::launch(gemv_kernel<Policy, Out, KindA, 3>, grid, block, p.stream, p, pdl::enabled());
+    case 4: return pdl::launch(gemv_kernel<Policy, Out, KindA, 4>, grid, block, p.stream, p, pdl::enabled());
     default: return cudaErrorInvalidValue;
   }
 }

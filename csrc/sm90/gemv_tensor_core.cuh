@@ -105,7 +105,7 @@ __device__ __forceinline__ void mma_round(float (&d)[MT][NT][4], const uint4 (&w
 // MT: 16-row weight tiles per warp. NT: tiles of 8 tokens (M <= 8 * NT). S: slices of K per row group.
 template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int MT, int NT, int S>
 __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBlockScaled>))
-    gemv_tc_kernel(typename Policy::Params p) {
+    gemv_tc_kernel(typename Policy::Params p, bool prefetch) {
   static_assert(kWarps % S == 0, "a block holds whole row groups");
   constexpr int kGroupRows = MT * kTileRows;
   constexpr int kBlockRows = kWarps / S * kGroupRows;
@@ -130,10 +130,12 @@ __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBloc
   const int64_t k_end = k_begin + slice_len < p.K ? k_begin + slice_len : p.K;
 
   // Launched as a dependent of the activation quantize (grid_dependency.cuh): while it may still run, each of the
-  // group's rows asks the L2 for this warp's slice of the weight, the bytes that dominate the kernel's time.
-  // Everything is read after the wait.
-  if (lane < kGroupRows && first_row + lane < p.N && k_end > k_begin) {
-    pdl::prefetch_l2(w + (first_row + lane) * p.ldb + k_begin, static_cast<uint32_t>(k_end - k_begin));
+  // group's rows asks the L2 for the start of this warp's slice of the weight (the block's share of
+  // kPrefetchBytesPerBlock, all of it for a 4096-wide K). Everything is read after the wait.
+  constexpr int64_t kPrefetchPerRow = pdl::kPrefetchBytesPerBlock / (kWarps * kGroupRows) / 16 * 16;
+  if (prefetch && lane < kGroupRows && first_row + lane < p.N && k_end > k_begin) {
+    const int64_t bytes = k_end - k_begin < kPrefetchPerRow ? k_end - k_begin : kPrefetchPerRow;
+    pdl::prefetch_l2(w + (first_row + lane) * p.ldb + k_begin, static_cast<uint32_t>(bytes));
   }
   pdl::wait_for_prior_grids();
   pdl::allow_dependent_grids();  // the next fp8ext kernel (a decode step's next quantize) may start waiting
@@ -227,9 +229,10 @@ cudaError_t launch_tiles(const typename Policy::Params& p) {
   constexpr int64_t kBlockRows = kWarps / S * MT * kTileRows;
   const dim3 grid(static_cast<unsigned>((p.N + kBlockRows - 1) / kBlockRows));
   const dim3 block(kWarps * 32);
-  if (p.M <= 8) return pdl::launch(gemv_tc_kernel<Policy, Out, KindA, MT, 1, S>, grid, block, p.stream, p);
-  if (p.M <= 16) return pdl::launch(gemv_tc_kernel<Policy, Out, KindA, MT, 2, S>, grid, block, p.stream, p);
-  return pdl::launch(gemv_tc_kernel<Policy, Out, KindA, MT, 4, S>, grid, block, p.stream, p);
+  const bool prefetch = pdl::enabled();
+  if (p.M <= 8) return pdl::launch(gemv_tc_kernel<Policy, Out, KindA, MT, 1, S>, grid, block, p.stream, p, prefetch);
+  if (p.M <= 16) return pdl::launch(gemv_tc_kernel<Policy, Out, KindA, MT, 2, S>, grid, block, p.stream, p, prefetch);
+  return pdl::launch(gemv_tc_kernel<Policy, Out, KindA, MT, 4, S>, grid, block, p.stream, p, prefetch);
 }
 
 }  // namespace fp8ext::sm90::gemv_tc
