@@ -63,6 +63,19 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr, uint32_t bytes) {
 // overlaps with only a few microseconds of streaming anyway (3.8 TB/s for 3 us is 11 MB across the GPU).
 constexpr int64_t kPrefetchBytesPerBlock = 64 * 1024;
 
+// The blocks of the first wave of `Kernel` (launched with `block_threads` threads and no dynamic shared memory) on
+// `sm_count` SMs: those that can start while the previous grid still runs. A decode GEMM prefetches in these only:
+// a later block starts after the wait has been satisfied, and its prefetch would only duplicate the loads that
+// follow it (which measured slower). The occupancy is asked once per kernel.
+template <auto Kernel>
+int first_wave_blocks(int block_threads, int sm_count) {
+  static const int per_sm = [block_threads] {
+    int n = 0;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Kernel, block_threads, 0) == cudaSuccess ? n : 1;
+  }();
+  return per_sm * sm_count;
+}
+
 // Whether kernels are launched as dependents: on unless the environment has FP8EXT_PDL=0 (read once).
 inline bool enabled() {
   static const bool on = [] {

@@ -35,7 +35,7 @@ constexpr int kChunk = 16;       // bytes per lane per load
 constexpr int kUnroll = 2;       // K chunks per lane per loop iteration
 
 template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int M>
-__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(typename Policy::Params p, bool prefetch) {
+__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(typename Policy::Params p, int prefetch_blocks) {
   const int lane = threadIdx.x % 32;
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kRowsPerWarp;
   if (row0 >= p.N) return;
@@ -43,10 +43,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(typename Policy::Para
   const auto* w = static_cast<const uint8_t*>(p.b);
   const bool row_valid[kRowsPerWarp] = {true, row0 + 1 < p.N};
   // Launched as a dependent of the activation quantize (grid_dependency.cuh): while it may still run, lane r asks
-  // the L2 for the start of weight row row0 + r (the block's share of kPrefetchBytesPerBlock); everything is read
-  // after the wait.
+  // the L2 for the start of weight row row0 + r (the block's share of kPrefetchBytesPerBlock), in the first wave's
+  // blocks; everything is read after the wait.
   constexpr int64_t kPrefetchPerRow = pdl::kPrefetchBytesPerBlock / (kWarps * kRowsPerWarp) / 16 * 16;
-  if (prefetch && lane < kRowsPerWarp && row0 + lane < p.N) {
+  if (static_cast<int>(blockIdx.x) < prefetch_blocks && lane < kRowsPerWarp && row0 + lane < p.N) {
     pdl::prefetch_l2(w + (row0 + lane) * p.ldb, static_cast<uint32_t>(p.K < kPrefetchPerRow ? p.K : kPrefetchPerRow));
   }
   pdl::wait_for_prior_grids();
@@ -116,17 +116,24 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(typename Policy::Para
   }
 }
 
+// One M: a dependent launch, prefetching in the first wave's blocks (none with FP8EXT_PDL=0).
+template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int M>
+cudaError_t launch_tokens(const typename Policy::Params& p, dim3 grid) {
+  constexpr auto kKernel = gemv_kernel<Policy, Out, KindA, M>;
+  const int prefetch_blocks = pdl::enabled() ? pdl::first_wave_blocks<kKernel>(kWarps * 32, p.sm_count) : 0;
+  return pdl::launch(kKernel, grid, dim3(kWarps * 32), p.stream, p, prefetch_blocks);
+}
+
 // Launches the kernel for p.M (1 to kMaxM; the caller checks).
 template <class Policy, typename Out, __nv_fp8_interpretation_t KindA>
 cudaError_t launch(const typename Policy::Params& p) {
   const int64_t rows_per_block = kWarps * kRowsPerWarp;
   const dim3 grid(static_cast<unsigned>((p.N + rows_per_block - 1) / rows_per_block));
-  const dim3 block(kWarps * 32);
   switch (p.M) {
-    case 1: return pdl::launch(gemv_kernel<Policy, Out, KindA, 1>, grid, block, p.stream, p, pdl::enabled());
-    case 2: return pdl::launch(gemv_kernel<Policy, Out, KindA, 2>, grid, block, p.stream, p, pdl::enabled());
-    case 3: return pdl::launch(gemv_kernel<Policy, Out, KindA, 3>, grid, block, p.stream, p, pdl::enabled());
-    case 4: return pdl::launch(gemv_kernel<Policy, Out, KindA, 4>, grid, block, p.stream, p, pdl::enabled());
+    case 1: return launch_tokens<Policy, Out, KindA, 1>(p, grid);
+    case 2: return launch_tokens<Policy, Out, KindA, 2>(p, grid);
+    case 3: return launch_tokens<Policy, Out, KindA, 3>(p, grid);
+    case 4: return launch_tokens<Policy, Out, KindA, 4>(p, grid);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -105,7 +105,7 @@ __device__ __forceinline__ void mma_round(float (&d)[MT][NT][4], const uint4 (&w
 // MT: 16-row weight tiles per warp. NT: tiles of 8 tokens (M <= 8 * NT). S: slices of K per row group.
 template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int MT, int NT, int S>
 __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBlockScaled>))
-    gemv_tc_kernel(typename Policy::Params p, bool prefetch) {
+    gemv_tc_kernel(typename Policy::Params p, int prefetch_blocks) {
   static_assert(kWarps % S == 0, "a block holds whole row groups");
   constexpr int kGroupRows = MT * kTileRows;
   constexpr int kBlockRows = kWarps / S * kGroupRows;
@@ -131,9 +131,11 @@ __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBloc
 
   // Launched as a dependent of the activation quantize (grid_dependency.cuh): while it may still run, each of the
   // group's rows asks the L2 for the start of this warp's slice of the weight (the block's share of
-  // kPrefetchBytesPerBlock, all of it for a 4096-wide K). Everything is read after the wait.
+  // kPrefetchBytesPerBlock, all of it for a 4096-wide K), in the first wave's blocks. Everything is read after
+  // the wait.
   constexpr int64_t kPrefetchPerRow = pdl::kPrefetchBytesPerBlock / (kWarps * kGroupRows) / 16 * 16;
-  if (prefetch && lane < kGroupRows && first_row + lane < p.N && k_end > k_begin) {
+  const bool first_wave = static_cast<int>(blockIdx.x) < prefetch_blocks;
+  if (first_wave && lane < kGroupRows && first_row + lane < p.N && k_end > k_begin) {
     const int64_t bytes = k_end - k_begin < kPrefetchPerRow ? k_end - k_begin : kPrefetchPerRow;
     pdl::prefetch_l2(w + (first_row + lane) * p.ldb + k_begin, static_cast<uint32_t>(bytes));
   }
@@ -224,15 +226,21 @@ __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBloc
   }
 }
 
+// One token-tile count: a dependent launch, prefetching in the first wave's blocks (none with FP8EXT_PDL=0).
+template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int MT, int NT, int S>
+cudaError_t launch_tokens(const typename Policy::Params& p, dim3 grid) {
+  constexpr auto kKernel = gemv_tc_kernel<Policy, Out, KindA, MT, NT, S>;
+  const int prefetch_blocks = pdl::enabled() ? pdl::first_wave_blocks<kKernel>(kWarps * 32, p.sm_count) : 0;
+  return pdl::launch(kKernel, grid, dim3(kWarps * 32), p.stream, p, prefetch_blocks);
+}
+
 template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int MT, int S>
 cudaError_t launch_tiles(const typename Policy::Params& p) {
   constexpr int64_t kBlockRows = kWarps / S * MT * kTileRows;
   const dim3 grid(static_cast<unsigned>((p.N + kBlockRows - 1) / kBlockRows));
-  const dim3 block(kWarps * 32);
-  const bool prefetch = pdl::enabled();
-  if (p.M <= 8) return pdl::launch(gemv_tc_kernel<Policy, Out, KindA, MT, 1, S>, grid, block, p.stream, p, prefetch);
-  if (p.M <= 16) return pdl::launch(gemv_tc_kernel<Policy, Out, KindA, MT, 2, S>, grid, block, p.stream, p, prefetch);
-  return pdl::launch(gemv_tc_kernel<Policy, Out, KindA, MT, 4, S>, grid, block, p.stream, p, prefetch);
+  if (p.M <= 8) return launch_tokens<Policy, Out, KindA, MT, 1, S>(p, grid);
+  if (p.M <= 16) return launch_tokens<Policy, Out, KindA, MT, 2, S>(p, grid);
+  return launch_tokens<Policy, Out, KindA, MT, 4, S>(p, grid);
 }
 
 }  // namespace fp8ext::sm90::gemv_tc
