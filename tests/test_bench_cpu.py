@@ -217,3 +217,17 @@ def test_blockwise_suite_rows_and_summary():
     assert s["tune all"]["dispatch / best kernel"]["worst"][:2] == [1.25, 16]
     assert "vs torch blockwise" not in s["heldout M<=128"]  # its one row failed: no ratio is made up
     assert bw.summarize([], "no block-wise path")["torch._scaled_mm block-wise"] == "unavailable: no block-wise path"
+
+
+def test_suite_record_names_the_settings_that_change_what_runs(monkeypatch):
+    from fp8ext.bench import common
+
+    monkeypatch.setattr(common, "run_record",
+                        lambda: {"commit": "c", "gpu": "Fake GPU", "torch": "t", "date": "d"})
+    for name in common.RECORDED_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    assert "settings" not in common.suite_record("model")
+    monkeypatch.setenv("FP8EXT_PDL", "0")
+    monkeypatch.setenv("FP8EXT_OUT", "/somewhere")  # not a setting of what runs: left out
+    record = common.suite_record("model")
+    assert record["settings"] == {"FP8EXT_PDL": "0"} and list(record)[-1] == "settings"

@@ -17,7 +17,7 @@ torch._scaled_mm row-wise (one fp32 scale per row of a and per column of b, like
 _scaled_mm with persistent TMA templates (--compile-peer).
 
 Every suite prints a summary and, with --json, writes one record: the header of suite_record() (commit, GPU,
-torch, CUDA, date, suite, host), then its method, summary and rows. A suite is a function registered with
+torch, CUDA, date, suite, host, and the settings such as FP8EXT_PDL when set), then its method, summary and rows. A suite is a function registered with
 @register_suite (registry.py), one module each under suites/.
 """
 from .common import (FP8_DENSE_TFLOPS, HBM_TBPS, INDUCTOR_SHAPES, LLAMA_M, LLAMA_NK, QUICK, geomean, git_commit,

@@ -77,13 +77,22 @@ def run_record() -> dict:
             "date": _dt.date.today().isoformat()}
 
 
+# Environment settings that change what fp8ext runs, recorded with every suite when they are set.
+RECORDED_SETTINGS = ("FP8EXT_PDL", "FP8EXT_BACKENDS", "FP8EXT_AUTOTUNE")
+
+
 def suite_record(suite: str) -> dict:
     """The header of a `python -m fp8ext.bench` record: run_record()'s fields, the date as a UTC time, the CUDA
-    version, the suite and the host, in the order the bench records have always had."""
+    version, the suite and the host, in the order the bench records have always had; then `settings`, those of
+    RECORDED_SETTINGS that are set (FP8EXT_PDL=0, say), when any is."""
     head = run_record()
-    return {"commit": head["commit"], "gpu": head["gpu"], "torch": head["torch"], "cuda": torch.version.cuda,
-            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "suite": suite,
-            "host": platform.node()}
+    record = {"commit": head["commit"], "gpu": head["gpu"], "torch": head["torch"], "cuda": torch.version.cuda,
+              "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "suite": suite,
+              "host": platform.node()}
+    settings = {k: os.environ[k] for k in RECORDED_SETTINGS if k in os.environ}
+    if settings:
+        record["settings"] = settings
+    return record
 
 
 def make_operands(M: int, N: int, K: int, device="cuda"):
