@@ -141,3 +141,32 @@ def test_outputs_do_not_depend_on_dependent_launch(tmp_path):
     assert len(on) == len(off) == 3
     for a, b in zip(on, off):
         assert torch.equal(a, b)
+
+
+_FIRST_CALL_IN_CAPTURE = textwrap.dedent("""
+    import sys, torch, fp8ext
+    from fp8ext.testing import check_against_reference, random_operands
+    names = [n for n in fp8ext.kernel_names() if n.startswith("gemv_") and n.endswith("_bf16")]
+    assert names
+    fp8ext.scaled_mm(*random_operands(64, 256, 256, device="cuda"))  # the op's own first call (M = 64: no GEMV)
+    torch.cuda.synchronize()
+    for name in names:
+        a, b, sa, sb = random_operands(4, 2736, 4096, device="cuda")
+        fast = "_fast_" in name
+        graph = torch.cuda.CUDAGraph()
+        with fp8ext.force_kernel(name), torch.cuda.graph(graph):  # the kernel's first call in this process
+            out = fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=fast)
+        graph.replay()
+        torch.cuda.synchronize()
+        check_against_reference(out, a, b, sa, sb, use_fast_accum=fast, what=name)
+    print("ok", len(names))
+""")
+
+
+def test_a_decode_kernel_first_called_inside_a_capture():
+    # The launch asks the occupancy API once per kernel (first_wave_blocks): that first call may happen while a
+    # stream captures, in a fresh process.
+    done = subprocess.run([sys.executable, "-c", _FIRST_CALL_IN_CAPTURE], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("ok ")
