@@ -75,29 +75,15 @@ struct OverlapBlockwiseMainloop : Base {
                                 make_stride(get<1>(stride(SmemLayoutSFB{})), get<2>(stride(SmemLayoutSFB{}))))));
 
     TiledMma tiled_mma;
-    auto fragments = overlap::operand_fragments<TiledMma, SmemLayoutA, SmemLayoutB>(tiled_mma, thread_idx,
-                                                                                      shared_tensors);
-    auto& tCrA = get<0>(fragments);  // (MMA, MMA_M, MMA_K, PIPE)
-    auto& tCrB = get<1>(fragments);  // (MMA, MMA_N, MMA_K, PIPE)
     Tensor tCsSFA = tiled_mma.get_slice(thread_idx).partition_C(sSFA);  // (MMA, MMA_M, MMA_N, (MMA_K, PIPE))
     Tensor tCsSFB = tiled_mma.get_slice(thread_idx).partition_C(sSFB);
     // One stage's scales in registers, shaped like the accumulator (the K mode is sliced away).
     Tensor tCrSFA = make_tensor_like<ElementBlockScale>(tCsSFA(_, _, _, _0{}));
     Tensor tCrSFB = make_tensor_like<ElementBlockScale>(tCsSFB(_, _, _, _0{}));
 
-    // The two partial-sum fragments (P_t of the header) and the fp32 sum, cleared (overlap_k_loop.cuh).
-    auto part0 = make_fragment_like(accum);
-    auto part1 = make_fragment_like(accum);
-    overlap::clear_fragments(accum, part0, part1);
-    if (k_tile_count <= 0) return;
-
-    PipelineState smem_pipe_release = smem_pipe_read;
-
-    auto issue = [&](auto& part) { overlap::issue_k_tile(pipeline, smem_pipe_read, tiled_mma, tCrA, tCrB, part); };
-    // The scale product s_t of the oldest unreleased stage (the tile promoted next), formed as the collective
+    // The scale product s_t of the tile promoted next (its stage is still unreleased), formed as the collective
     // forms it: the per-tile scalar side is multiplied into the per-element side.
-    auto load_scales = [&]() {
-      const int stage = smem_pipe_release.index();
+    auto load_scales = [&](int stage) {
       copy(tCsSFA(_, _, _, make_coord(_0{}, stage)), tCrSFA);
       copy(tCsSFB(_, _, _, make_coord(_0{}, stage)), tCrSFB);
       if constexpr (kScaleMsPerTile == 1 && kScaleNsPerTile == 1) {
@@ -137,14 +123,9 @@ struct OverlapBlockwiseMainloop : Base {
       }
       warpgroup_fence_operand(accum);
     };
-    // The tile promoted last is no longer read by any wgmma, nor its scales: its stage goes back to the producer.
-    auto release = [&]() {
-      pipeline.consumer_release(smem_pipe_release);
-      ++smem_pipe_release;
-    };
-
-    // The scales are read while the tensor core still works; only the FFMAs wait.
-    overlap::run_two_fragment_loop(k_tile_count, part0, part1, issue, load_scales, promote, release);
+    // The scales are read while the tensor core still works; only the FFMAs wait (overlap_k_loop.cuh).
+    overlap::run_overlapped_mma<TiledMma, SmemLayoutA, SmemLayoutB>(pipeline, smem_pipe_read, accum, k_tile_count,
+                                                                    thread_idx, shared_tensors, load_scales, promote);
   }
 };
 

@@ -1,7 +1,8 @@
 // The K loop shared by the overlapped mainloops: overlap_promotion_mainloop.cuh (row-wise, precise accumulation)
-// and overlap_blockwise_mainloop.cuh (block-scaled). Each K tile's wgmmas go into one of two partial-sum
-// fragments; while the tensor core works on tile t+1 in one, the warpgroup folds tile t's finished partial from
-// the other into the fp32 sum (what "fold" means is the caller's: an add, or a multiply-add by the tile's scales).
+// and overlap_blockwise_mainloop.cuh (block-scaled), which call run_overlapped_mma() with their own fold. Each K
+// tile's wgmmas go into one of two partial-sum fragments; while the tensor core works on tile t+1 in one, the
+// warpgroup folds tile t's finished partial from the other into the fp32 sum (what "fold" means is the caller's:
+// an add, or a multiply-add by the tile's scales).
 //
 // The contract with CUTLASS's kernel is that of its FP8 collectives: the loop leaves the last K tile's
 // shared-memory stage unreleased, and the collective's mma_tail() releases it.
@@ -99,6 +100,39 @@ CUTLASS_DEVICE void run_two_fragment_loop(int k_tile_count, Part& part0, Part& p
     fold(part0);
   }
   // The last tile's stage is released by mma_tail().
+}
+
+// A collective's whole overlapped mma(): the operand fragments, the fp32 sum and both partials cleared, every K
+// tile issued through the collective's pipeline, and every folded tile's stage handed back to the producer. The
+// caller says only what folding is: before_wait(stage) runs while the tensor core works on the newest tile, given
+// the shared-memory stage of the tile folded next (still unreleased: the block-scaled loop reads that tile's scales
+// there), and fold(part) adds a finished partial into the sum (the fences around it are the caller's).
+template <class TiledMma, class SmemLayoutA, class SmemLayoutB, class Pipeline, class PipelineState,
+          class TensorStorage, class Accum, class BeforeWait, class Fold>
+CUTLASS_DEVICE void run_overlapped_mma(Pipeline& pipeline, PipelineState smem_pipe_read, Accum& accum,
+                                       int k_tile_count, int thread_idx, TensorStorage& shared_tensors,
+                                       BeforeWait&& before_wait, Fold&& fold) {
+  using namespace cute;
+  TiledMma tiled_mma;
+  auto fragments = operand_fragments<TiledMma, SmemLayoutA, SmemLayoutB>(tiled_mma, thread_idx, shared_tensors);
+  auto& tCrA = get<0>(fragments);  // (MMA, MMA_M, MMA_K, PIPE)
+  auto& tCrB = get<1>(fragments);  // (MMA, MMA_N, MMA_K, PIPE)
+
+  // The two partial-sum fragments and the fp32 sum, cleared.
+  auto part0 = make_fragment_like(accum);
+  auto part1 = make_fragment_like(accum);
+  clear_fragments(accum, part0, part1);
+  if (k_tile_count <= 0) return;
+
+  PipelineState smem_pipe_release = smem_pipe_read;
+  auto issue = [&](auto& part) { issue_k_tile(pipeline, smem_pipe_read, tiled_mma, tCrA, tCrB, part); };
+  // The tile folded last is no longer read by any wgmma (nor its scales): its stage goes back to the producer.
+  auto release = [&]() {
+    pipeline.consumer_release(smem_pipe_release);
+    ++smem_pipe_release;
+  };
+  run_two_fragment_loop(k_tile_count, part0, part1, issue, [&]() { before_wait(smem_pipe_release.index()); }, fold,
+                        release);
 }
 
 }  // namespace fp8ext::sm90::overlap

@@ -44,23 +44,9 @@ struct OverlapPromotionMainloop : Base {
     using namespace cute;
     static_assert(is_rmem<FrgTensorC>::value, "the accumulator must be in registers");
 
-    TiledMma tiled_mma;
-    auto fragments = overlap::operand_fragments<TiledMma, SmemLayoutA, SmemLayoutB>(tiled_mma, thread_idx,
-                                                                                      shared_tensors);
-    auto& tCrA = get<0>(fragments);  // (MMA, MMA_M, MMA_K, PIPE)
-    auto& tCrB = get<1>(fragments);  // (MMA, MMA_N, MMA_K, PIPE)
-
-    // The two partial-sum fragments (P_t of the header) and the fp32 sum, cleared (overlap_k_loop.cuh).
-    auto part0 = make_fragment_like(accum);
-    auto part1 = make_fragment_like(accum);
-    overlap::clear_fragments(accum, part0, part1);
-    if (k_tile_count <= 0) return;
-
-    PipelineState smem_pipe_release = smem_pipe_read;
-    auto issue = [&](auto& part) { overlap::issue_k_tile(pipeline, smem_pipe_read, tiled_mma, tCrA, tCrB, part); };
-    // Add a finished partial into the fp32 sum (the caller has waited for its wgmmas). The fences pin the adds
-    // between that wait and the next issue: without the second one the compiler sinks them below the next
-    // wgmma into the same fragment, keeps the old partial alive in a copy, and ptxas then serializes every
+    // Add a finished partial (P_t of the header) into the fp32 sum; the loop has waited for its wgmmas. The fences
+    // pin the adds between that wait and the next issue: without the second one the compiler sinks them below the
+    // next wgmma into the same fragment, keeps the old partial alive in a copy, and ptxas then serializes every
     // wgmma (C7514: a non-wgmma instruction reads an in-flight accumulator).
     auto promote = [&](auto& part) {
       warpgroup_fence_operand(part);
@@ -68,12 +54,8 @@ struct OverlapPromotionMainloop : Base {
       for (int i = 0; i < size(accum); ++i) accum(i) += part(i);
       warpgroup_fence_operand(accum);
     };
-    // The tile promoted last is no longer read by any wgmma: its stage goes back to the producer.
-    auto release = [&]() {
-      pipeline.consumer_release(smem_pipe_release);
-      ++smem_pipe_release;
-    };
-    overlap::run_two_fragment_loop(k_tile_count, part0, part1, issue, [] {}, promote, release);
+    overlap::run_overlapped_mma<TiledMma, SmemLayoutA, SmemLayoutB>(pipeline, smem_pipe_read, accum, k_tile_count,
+                                                                    thread_idx, shared_tensors, [](int) {}, promote);
   }
 };
 
