@@ -102,4 +102,12 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
+// A decode GEMM's launch: kernel(p, prefetch_blocks) as a dependent, the first wave's blocks prefetching (none
+// with FP8EXT_PDL=0). Params has sm_count and stream.
+template <auto Kernel, class Params>
+cudaError_t launch_decode(const Params& p, dim3 grid, int block_threads) {
+  const int prefetch_blocks = enabled() ? first_wave_blocks<Kernel>(block_threads, p.sm_count) : 0;
+  return launch(Kernel, grid, dim3(block_threads), p.stream, p, prefetch_blocks);
+}
+
 }  // namespace fp8ext::pdl

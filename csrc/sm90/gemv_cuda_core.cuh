@@ -116,24 +116,16 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(typename Policy::Para
   }
 }
 
-// One M: a dependent launch, prefetching in the first wave's blocks (none with FP8EXT_PDL=0).
-template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int M>
-cudaError_t launch_tokens(const typename Policy::Params& p, dim3 grid) {
-  constexpr auto kKernel = gemv_kernel<Policy, Out, KindA, M>;
-  const int prefetch_blocks = pdl::enabled() ? pdl::first_wave_blocks<kKernel>(kWarps * 32, p.sm_count) : 0;
-  return pdl::launch(kKernel, grid, dim3(kWarps * 32), p.stream, p, prefetch_blocks);
-}
-
-// Launches the kernel for p.M (1 to kMaxM; the caller checks).
+// Launches the kernel for p.M (1 to kMaxM; the caller checks), as a dependent (grid_dependency.cuh).
 template <class Policy, typename Out, __nv_fp8_interpretation_t KindA>
 cudaError_t launch(const typename Policy::Params& p) {
   const int64_t rows_per_block = kWarps * kRowsPerWarp;
   const dim3 grid(static_cast<unsigned>((p.N + rows_per_block - 1) / rows_per_block));
   switch (p.M) {
-    case 1: return launch_tokens<Policy, Out, KindA, 1>(p, grid);
-    case 2: return launch_tokens<Policy, Out, KindA, 2>(p, grid);
-    case 3: return launch_tokens<Policy, Out, KindA, 3>(p, grid);
-    case 4: return launch_tokens<Policy, Out, KindA, 4>(p, grid);
+    case 1: return pdl::launch_decode<gemv_kernel<Policy, Out, KindA, 1>>(p, grid, kWarps * 32);
+    case 2: return pdl::launch_decode<gemv_kernel<Policy, Out, KindA, 2>>(p, grid, kWarps * 32);
+    case 3: return pdl::launch_decode<gemv_kernel<Policy, Out, KindA, 3>>(p, grid, kWarps * 32);
+    case 4: return pdl::launch_decode<gemv_kernel<Policy, Out, KindA, 4>>(p, grid, kWarps * 32);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -226,21 +226,14 @@ __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBloc
   }
 }
 
-// One token-tile count: a dependent launch, prefetching in the first wave's blocks (none with FP8EXT_PDL=0).
-template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int MT, int NT, int S>
-cudaError_t launch_tokens(const typename Policy::Params& p, dim3 grid) {
-  constexpr auto kKernel = gemv_tc_kernel<Policy, Out, KindA, MT, NT, S>;
-  const int prefetch_blocks = pdl::enabled() ? pdl::first_wave_blocks<kKernel>(kWarps * 32, p.sm_count) : 0;
-  return pdl::launch(kKernel, grid, dim3(kWarps * 32), p.stream, p, prefetch_blocks);
-}
-
 template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int MT, int S>
 cudaError_t launch_tiles(const typename Policy::Params& p) {
   constexpr int64_t kBlockRows = kWarps / S * MT * kTileRows;
   const dim3 grid(static_cast<unsigned>((p.N + kBlockRows - 1) / kBlockRows));
-  if (p.M <= 8) return launch_tokens<Policy, Out, KindA, MT, 1, S>(p, grid);
-  if (p.M <= 16) return launch_tokens<Policy, Out, KindA, MT, 2, S>(p, grid);
-  return launch_tokens<Policy, Out, KindA, MT, 4, S>(p, grid);
+  // A dependent launch (grid_dependency.cuh) with 1, 2 or 4 tiles of 8 tokens.
+  if (p.M <= 8) return pdl::launch_decode<gemv_tc_kernel<Policy, Out, KindA, MT, 1, S>>(p, grid, kWarps * 32);
+  if (p.M <= 16) return pdl::launch_decode<gemv_tc_kernel<Policy, Out, KindA, MT, 2, S>>(p, grid, kWarps * 32);
+  return pdl::launch_decode<gemv_tc_kernel<Policy, Out, KindA, MT, 4, S>>(p, grid, kWarps * 32);
 }
 
 }  // namespace fp8ext::sm90::gemv_tc
