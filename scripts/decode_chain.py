@@ -11,13 +11,13 @@ kernels that compute M, and the cost model's three best.
 """
 import argparse
 import json
-import statistics
 import sys
 
 import torch
 
 import fp8ext
 from fp8ext.bench.common import suite_record
+from fp8ext.bench.suites.model import time_ms
 from fp8ext.ops import selected_kernel
 from fp8ext.testing import kernel_dtypes, kernel_max_m, random_fp8, random_scales
 
@@ -39,27 +39,22 @@ def chain_us(M, N, K, kernel, chain, replays=20):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             step()
-    for _ in range(3):
-        graph.replay()
-    times = []
-    for _ in range(replays):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) * 1e3 / chain)
+    ms = time_ms({"chain": graph.replay}, iters=replays, rounds=1, warmup=3)["chain"]  # median of CUDA events
+    if isinstance(ms, str):  # time_ms records a failure as its message
+        raise RuntimeError(ms)
     del graph
-    return statistics.median(times)
+    return ms * 1e3 / chain
 
 
 def candidates(M, N, K):
-    ranking = selected_kernel(M, N, K, capturing=True, explain=True)["ranking"]
-    names = [r["kernel"] for r in ranking[:3]]
+    """The dispatch's pick under capture, and the kernels to time: the cost model's three best and the decode
+    kernels that compute M."""
+    explained = selected_kernel(M, N, K, capturing=True, explain=True)
+    names = [r["kernel"] for r in explained["ranking"][:3]]
     names += [n for n in fp8ext.kernel_names() if n.startswith("gemv_") and (kernel_max_m(n) or M) >= M
               and kernel_dtypes(n)[0] == torch.bfloat16]
     built = set(fp8ext.kernel_names())
-    return [n for n in dict.fromkeys(names) if n.split("@")[0] in built]  # not the torch backstop
+    return explained["selected"], [n for n in dict.fromkeys(names) if n.split("@")[0] in built]  # no torch backstop
 
 
 def main(argv=None) -> int:
@@ -74,9 +69,9 @@ def main(argv=None) -> int:
     for shape in args.shapes.split(","):
         N, K = (int(v) for v in shape.split("x"))
         for M in (int(m) for m in args.m.split(",")):
-            pick = selected_kernel(M, N, K, capturing=True)
+            pick, names = candidates(M, N, K)
             torch.manual_seed(M * 1000003 + N * 7 + K)
-            us = {k: chain_us(M, N, K, k, args.chain) for k in candidates(M, N, K)}
+            us = {k: chain_us(M, N, K, k, args.chain) for k in names}
             best = min(us, key=us.get)
             row = {"M": M, "N": N, "K": K, "pick": pick, "us": us, "best": best,
                    "pick_over_best": us[pick] / us[best] if pick in us else None}

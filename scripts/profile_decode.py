@@ -10,13 +10,12 @@ kernels per step. Wall time minus the kernel sum is the time the GPU sits betwee
 import argparse
 import collections
 import json
-import statistics
 import sys
 
 import torch
 
 from fp8ext.bench.common import suite_record
-from fp8ext.bench.suites.model import build_model, cuda_graph, decode_step, variants
+from fp8ext.bench.suites.model import build_model, cuda_graph, decode_step, time_ms, variants
 
 
 def kind(name: str) -> str:
@@ -35,17 +34,9 @@ def kind(name: str) -> str:
 
 
 def profile_step(replay, replays: int) -> dict:
-    for _ in range(3):
-        replay()
-    torch.cuda.synchronize()
-    walls = []
-    for _ in range(replays):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        replay()
-        stop.record()
-        stop.synchronize()
-        walls.append(start.elapsed_time(stop))
+    wall_ms = time_ms({"step": replay}, iters=replays, rounds=1, warmup=3)["step"]  # median of CUDA events
+    if isinstance(wall_ms, str):  # time_ms records a failure as its message
+        raise RuntimeError(wall_ms)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(replays):
             replay()
@@ -56,7 +47,7 @@ def profile_step(replay, replays: int) -> dict:
         if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time > 0:
             per_kind[kind(e.name)] += e.device_time / 1e3 / replays  # ms per step
             count += 1
-    return {"wall_ms": statistics.median(walls), "kernel_ms": dict(per_kind),
+    return {"wall_ms": wall_ms, "kernel_ms": dict(per_kind),
             "kernel_sum_ms": sum(per_kind.values()), "kernels_per_step": count / replays}
 
 
