@@ -34,6 +34,12 @@
 //
 // The tensor core sums fp8 products with reduced precision before they reach the fp32 registers (as in the
 // CUTLASS fast kernels), so these kernels are registered for fast accumulation only.
+//
+// Where the activations come from is the kernel's Act parameter: Fp8Activations (below) reads `a`, quantized
+// beforehand, from global memory; sm90/decode_linear.cu's source quantizes bf16 activations as it loads them.
+// An Act is built by every thread after the wait (it may read memory and synchronize the block) and has
+//   load(p, token, k)                   the token's 16 e4m3 bytes at K offset k (token < M, k a multiple of 16)
+//   store<Policy, Out>(p, i, j, acc)    writes out[i, j] from its accumulator (it knows token i's scale)
 #pragma once
 
 #include <cuda_fp8.h>
@@ -102,8 +108,27 @@ __device__ __forceinline__ void mma_round(float (&d)[MT][NT][4], const uint4 (&w
   }
 }
 
-// MT: 16-row weight tiles per warp. NT: tiles of 8 tokens (M <= 8 * NT). S: slices of K per row group.
-template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int MT, int NT, int S>
+// The activations of a scaled_mm call: `a` (e4m3 or e5m2, quantized beforehand) from global memory, the token's
+// scale in the Policy's store.
+struct Fp8Activations {
+  const uint8_t* a;
+  int64_t lda;
+  template <class Params>
+  __device__ explicit Fp8Activations(const Params& p) : a(static_cast<const uint8_t*>(p.a)), lda(p.lda) {}
+  template <class Params>
+  __device__ uint4 load(const Params&, int token, int64_t k) const {
+    return __ldg(reinterpret_cast<const uint4*>(a + token * lda + k));
+  }
+  template <class Policy, typename Out, class Params>
+  __device__ void store(const Params& p, int i, int64_t j, float acc) const {
+    Policy::template store<Out>(p, i, j, acc);
+  }
+};
+
+// MT: 16-row weight tiles per warp. NT: tiles of 8 tokens (M <= 8 * NT). S: slices of K per row group. Act: where
+// the activations come from (above).
+template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int MT, int NT, int S,
+          class Act = Fp8Activations>
 __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBlockScaled>))
     gemv_tc_kernel(typename Policy::Params p, int prefetch_blocks) {
   static_assert(kWarps % S == 0, "a block holds whole row groups");
@@ -122,7 +147,6 @@ __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBloc
 
   const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kBlockRows + group * kGroupRows;
   const auto* w = static_cast<const uint8_t*>(p.b);
-  const auto* a = static_cast<const uint8_t*>(p.a);
 
   // This warp's K slice; slices are whole chunks except the last, which may be short or empty.
   const int64_t slice_len = (p.K + S * kChunk - 1) / (S * kChunk) * kChunk;
@@ -141,6 +165,7 @@ __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBloc
   }
   pdl::wait_for_prior_grids();
   pdl::allow_dependent_grids();  // the next fp8ext kernel (a decode step's next quantize) may start waiting
+  const Act act(p);
 
   const uint4 zero = make_uint4(0, 0, 0, 0);
   float acc[MT][NT][4] = {};
@@ -164,7 +189,7 @@ __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBloc
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           const int token = nt * 8 + g;
-          xv[u][nt][h] = in_k && token < p.M ? __ldg(reinterpret_cast<const uint4*>(a + token * p.lda + k)) : zero;
+          xv[u][nt][h] = in_k && token < p.M ? act.load(p, token, k) : zero;
         }
       }
     }
@@ -220,20 +245,20 @@ __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBloc
       float sum = partial[grp * S][token][r];
 #pragma unroll
       for (int s = 1; s < S; ++s) sum += partial[grp * S + s][token][r];
-      Policy::template store<Out>(p, token, j, sum);
+      act.template store<Policy, Out>(p, token, j, sum);
     }
     __syncthreads();  // before the next tile overwrites `partial`
   }
 }
 
-template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int MT, int S>
+template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int MT, int S, class Act = Fp8Activations>
 cudaError_t launch_tiles(const typename Policy::Params& p) {
   constexpr int64_t kBlockRows = kWarps / S * MT * kTileRows;
   const dim3 grid(static_cast<unsigned>((p.N + kBlockRows - 1) / kBlockRows));
   // A dependent launch (grid_dependency.cuh) with 1, 2 or 4 tiles of 8 tokens.
-  if (p.M <= 8) return pdl::launch_decode<gemv_tc_kernel<Policy, Out, KindA, MT, 1, S>>(p, grid, kWarps * 32);
-  if (p.M <= 16) return pdl::launch_decode<gemv_tc_kernel<Policy, Out, KindA, MT, 2, S>>(p, grid, kWarps * 32);
-  return pdl::launch_decode<gemv_tc_kernel<Policy, Out, KindA, MT, 4, S>>(p, grid, kWarps * 32);
+  if (p.M <= 8) return pdl::launch_decode<gemv_tc_kernel<Policy, Out, KindA, MT, 1, S, Act>>(p, grid, kWarps * 32);
+  if (p.M <= 16) return pdl::launch_decode<gemv_tc_kernel<Policy, Out, KindA, MT, 2, S, Act>>(p, grid, kWarps * 32);
+  return pdl::launch_decode<gemv_tc_kernel<Policy, Out, KindA, MT, 4, S, Act>>(p, grid, kWarps * 32);
 }
 
 }  // namespace fp8ext::sm90::gemv_tc
