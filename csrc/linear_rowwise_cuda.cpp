@@ -7,7 +7,8 @@
 //                                         dispatch as they always do
 //
 // The fused kernel runs when all of these hold: compute capability 9.0 (as scaled_mm routes it); x bfloat16 with
-// 1 <= M <= kFusionMaxM rows, each starting 16-byte aligned at one row stride; weight rows 16-byte aligned;
+// 1 <= M <= kFusionMaxM rows, each starting 16-byte aligned at one row stride, that fit in the kernel's shared
+// memory (sm90/decode_linear.h: M * (K + 16) <= 96 KiB); weight rows 16-byte aligned;
 // weight_scale and bias contiguous;
 // use_fast_accum (the tensor-core GEMV sums as the fast CUTLASS kernels do); no kernel forced by name other than
 // gemv_tc_m32_r16_s4 / _s8 (which then picks the fused twin: tests compare the two); and fusion not turned off
@@ -92,8 +93,8 @@ Tensor linear_rowwise_cuda(Tensor x, Tensor weight, Tensor weight_scale, std::op
   const st::accelerator::DeviceGuard guard(device);
 
   const int64_t M = problem.x.rows, N = problem.gemm.N, K = problem.gemm.K;
-  const bool candidate = fusion_enabled() && use_fast_accum && x.scalar_type() == ScalarType::BFloat16 && M >= 1 &&
-                         M <= kFusionMaxM && N > 0 && problem.gemm.scale_b_per_col &&
+  const bool candidate = fusion_enabled() && use_fast_accum && x.scalar_type() == ScalarType::BFloat16 &&
+                         M <= kFusionMaxM && sm90::decode_linear_fits(M, K) && N > 0 && problem.gemm.scale_b_per_col &&
                          reinterpret_cast<std::uintptr_t>(weight.const_data_ptr()) % 16 == 0 &&
                          weight.stride(0) % 16 == 0 && weight_scale.stride(0) == 1 &&
                          (!bias.has_value() || bias->stride(0) == 1);
@@ -127,7 +128,7 @@ Tensor linear_rowwise_cuda(Tensor x, Tensor weight, Tensor weight_scale, std::op
 // The scaled_mm kernel whose fused twin a call of M rows runs on sm_count SMs ("" where the two ops run), for
 // tests and scripts: the route above without the checks of dtypes and alignment.
 std::string linear_rowwise_twin(int64_t M, int64_t N, int64_t K, int64_t sm_count) {
-  if (!fusion_enabled() || M < 1 || M > kFusionMaxM) return "";
+  if (!fusion_enabled() || M > kFusionMaxM || !sm90::decode_linear_fits(M, K)) return "";
   const int slices = fused_slices(M, N, K, static_cast<int>(sm_count));
   return std::string(slices == 4 ? kTwinS4 : (slices == 8 ? kTwinS8 : ""));
 }

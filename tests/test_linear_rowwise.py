@@ -157,7 +157,7 @@ def test_fused_kernel_runs_where_the_route_says_and_nowhere_else():
         assert bool(twin(M, N, K)) == fused
         x, w, ws, b = operands(M, N, K, device=DEV)
         names = fused_kernel_names(lambda: fp8ext.linear_rowwise(x, w, ws, b))
-        assert any("QuantizeOnLoad" in n for n in names) == fused, (M, names)
+        assert any("QuantizeIntoSmem" in n for n in names) == fused, (M, names)
         assert any("quantize_rowwise" in n for n in names) != fused, (M, names)
         # The result is the two ops' with the kernel the route names (or the dispatch's own pick).
         with fp8ext.force_kernel(twin(M, N, K) or None):
@@ -170,7 +170,7 @@ def test_fused_kernel_runs_where_the_route_says_and_nowhere_else():
         "precise accumulation": (x, w, ws, b, False),
     }.items():
         names = fused_kernel_names(lambda: fp8ext.linear_rowwise(*args))
-        assert not any("QuantizeOnLoad" in n for n in names), reason
+        assert not any("QuantizeIntoSmem" in n for n in names), reason
         assert any("quantize_rowwise" in n for n in names), reason
         assert torch.equal(fp8ext.linear_rowwise(*args), two_ops(*args)), reason
 
@@ -223,7 +223,7 @@ def test_float8linear_compiled_at_decode_sizes_uses_the_fused_kernel():
             x = torch.randn(M, 1, 4096, device=DEV).bfloat16()
             out = compiled(x)
             assert torch.equal(out, f8(x)), M
-            assert any("QuantizeOnLoad" in n for n in fused_kernel_names(lambda: compiled(x))), M
+            assert any("QuantizeIntoSmem" in n for n in fused_kernel_names(lambda: compiled(x))), M
 
 
 _SCRIPT = textwrap.dedent("""

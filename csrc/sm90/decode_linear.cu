@@ -10,11 +10,11 @@
 // output is bit for bit the two-launch result (tests/test_linear_rowwise.py checks it).
 //
 // Why: at decode a Float8Linear was two short launches, and the GEMV could not read its activations before the
-// quantize had completed and its writes were flushed. Here every block computes the rows' amax itself (all its
-// threads stride over the bf16 rows, a few KB read from L2), keeps scale and inv in shared memory, and quantizes
-// each 16-element piece of x when the main loop loads it. x is read twice per block from L2 instead of the
-// quantized bytes once, which is cheap beside the weight at M = 1 and grows with M (the dispatch decides where
-// fusing pays: linear_rowwise_cuda.cpp).
+// quantize had completed and its writes were flushed. Here each block computes the rows' amax itself (its threads
+// stride over the bf16 rows, read from L2), keeps scale and inv, and writes the quantized rows into shared
+// memory, once: the grid is one wave of blocks that loop over the weight's row blocks (gemv_tensor_core.cuh,
+// kPersistent), so the prologue is paid once per resident block and the main loop reads its activations from
+// shared memory. x must fit there: M * (K + 16) bytes <= kDecodeLinearMaxSmem (decode_linear.h).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
@@ -36,26 +36,36 @@ using BF16Pack = qd::InPack<__nv_bfloat16, 8>;  // 16 bytes of a row of x
 constexpr int kThreads = gemv_tc::kWarps * 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 
-// The gemv_tc kernel's activation source (Act, gemv_tensor_core.cuh) that quantizes bf16 x as it loads it.
-struct QuantizeOnLoad {
-  const __nv_bfloat16* x;
-  int64_t ldx;
-  const float* inv;    // [M] in shared memory: 448 / amax of each row
-  const float* scale;  // [M] in shared memory: amax / 448
+// The gemv_tc kernel's activation source (Act, gemv_tensor_core.cuh) for these calls. Each block quantizes x into
+// shared memory once, as quantize_rowwise would write it, and then loops over row blocks (kPersistent: the grid is
+// one wave), reading its activations from there.
+struct QuantizeIntoSmem {
+  static constexpr bool kPersistent = true;
+  using Raw = uint4;
+  const uint8_t* xq;   // M rows of decode_linear_row_bytes(K) bytes, in shared memory
+  int64_t ldq;
+  const float* scale;  // [M] in shared memory: amax / 448 of each row
 
-  // Every thread of the block: each row's amax, then its scale and inv. The rows are split over the warps (all
-  // eight on one row at M = 1, one row per warp from M = 8 on), lanes striding K in 16-byte packs.
-  __device__ explicit QuantizeOnLoad(const DecodeLinearParams& p)
-      : x(static_cast<const __nv_bfloat16*>(p.x)), ldx(p.ldx) {
+  static size_t dynamic_smem(const DecodeLinearParams& p) {
+    return static_cast<size_t>(p.M * decode_linear_row_bytes(p.K));
+  }
+
+  // Every thread of the block. Pass 1: each row's amax; the rows are split over the warps (all eight on one row
+  // at M = 1, one row per warp from M = 8 on), lanes striding K in 16-byte packs. Then each row's scale and inv.
+  // Pass 2: every thread scales and casts packs of every row (read again, from L1) into shared memory.
+  __device__ explicit QuantizeIntoSmem(const DecodeLinearParams& p) : ldq(decode_linear_row_bytes(p.K)) {
+    extern __shared__ uint4 dynamic_smem_start[];
     __shared__ float part_amax[kDecodeLinearMaxM][gemv_tc::kWarps];
     __shared__ float row_inv[kDecodeLinearMaxM], row_scale[kDecodeLinearMaxM];
+    const auto* x = static_cast<const __nv_bfloat16*>(p.x);
+    auto* q = reinterpret_cast<uint8_t*>(dynamic_smem_start);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int rows_per_pass = p.M >= 8 ? 8 : (p.M > 4 ? 8 : (p.M > 2 ? 4 : static_cast<int>(p.M)));
     const int warps_per_row = gemv_tc::kWarps / rows_per_pass;
     const int part = warp % warps_per_row;
     const int64_t packs = p.K / 8;
     for (int64_t m = warp / warps_per_row; m < p.M; m += rows_per_pass) {
-      const auto* row = reinterpret_cast<const uint4*>(x + m * ldx);
+      const auto* row = reinterpret_cast<const uint4*>(x + m * p.ldx);
       float amax = 0.0f;
 #pragma unroll 4
       for (int64_t i = part * 32 + lane; i < packs; i += warps_per_row * 32) {
@@ -77,20 +87,28 @@ struct QuantizeOnLoad {
       row_inv[threadIdx.x] = kE4M3Max / amax;
     }
     __syncthreads();
-    inv = row_inv;
+    for (int64_t m = 0; m < p.M; ++m) {
+      const auto* row = reinterpret_cast<const uint4*>(x + m * p.ldx);
+      const float inv = row_inv[m];
+#pragma unroll 4
+      for (int64_t i = threadIdx.x; i < packs; i += kThreads) {
+        const uint4 v = __ldg(row + i);
+        const auto packed = qd::scaled_pack<__nv_bfloat16, __NV_E4M3, 8>(*reinterpret_cast<const BF16Pack*>(&v), inv);
+        *reinterpret_cast<uint2*>(q + m * ldq + i * 8) = *reinterpret_cast<const uint2*>(&packed);
+      }
+    }
+    __syncthreads();
+    xq = q;
     scale = row_scale;
   }
 
-  // Token `token`'s 16 elements at k, scaled and cast as quantize_rowwise does, in memory order.
-  __device__ uint4 load(const DecodeLinearParams&, int token, int64_t k) const {
-    const auto* src = reinterpret_cast<const uint4*>(x + token * ldx + k);
-    const uint4 lo = __ldg(src), hi = __ldg(src + 1);
-    const float s = inv[token];
-    const qd::OutPack<8> qlo = qd::scaled_pack<__nv_bfloat16, __NV_E4M3, 8>(*reinterpret_cast<const BF16Pack*>(&lo), s);
-    const qd::OutPack<8> qhi = qd::scaled_pack<__nv_bfloat16, __NV_E4M3, 8>(*reinterpret_cast<const BF16Pack*>(&hi), s);
-    const uint2 a = *reinterpret_cast<const uint2*>(&qlo), b = *reinterpret_cast<const uint2*>(&qhi);
-    return make_uint4(a.x, a.y, b.x, b.y);
+  __device__ static Raw zero() { return make_uint4(0, 0, 0, 0); }
+
+  // Token `token`'s 16 e4m3 bytes at k.
+  __device__ Raw load(const DecodeLinearParams&, int token, int64_t k) const {
+    return *reinterpret_cast<const uint4*>(xq + token * ldq + k);
   }
+  __device__ uint4 convert(const Raw& raw, int) const { return raw; }
 
   template <class Policy, typename Out>
   __device__ void store(const DecodeLinearParams& p, int i, int64_t j, float acc) const {
@@ -98,7 +116,7 @@ struct QuantizeOnLoad {
   }
 };
 
-// The gemv_tc kernel's Policy for these calls: row-wise, with the scales and bias applied by QuantizeOnLoad::store.
+// The gemv_tc kernel's Policy for these calls: row-wise, with the scales and bias applied by QuantizeIntoSmem::store.
 struct LinearPolicy {
   using Params = DecodeLinearParams;
   static constexpr bool kBlockScaled = false;
@@ -107,10 +125,10 @@ struct LinearPolicy {
 }  // namespace
 
 cudaError_t launch_decode_linear(const DecodeLinearParams& p, int slices) {
-  if (p.M < 1 || p.M > kDecodeLinearMaxM) return cudaErrorInvalidValue;
+  if (!decode_linear_fits(p.M, p.K)) return cudaErrorInvalidValue;
   switch (slices) {
-    case 4: return gemv_tc::launch_tiles<LinearPolicy, __nv_bfloat16, __NV_E4M3, 1, 4, QuantizeOnLoad>(p);
-    case 8: return gemv_tc::launch_tiles<LinearPolicy, __nv_bfloat16, __NV_E4M3, 1, 8, QuantizeOnLoad>(p);
+    case 4: return gemv_tc::launch_tiles<LinearPolicy, __nv_bfloat16, __NV_E4M3, 1, 4, QuantizeIntoSmem>(p);
+    case 8: return gemv_tc::launch_tiles<LinearPolicy, __nv_bfloat16, __NV_E4M3, 1, 8, QuantizeIntoSmem>(p);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -25,13 +25,19 @@ struct DecodeLinearParams {
   cudaStream_t stream = nullptr;
 };
 
-// The most tokens the kernel takes.
+// The most tokens the kernel takes, and the most shared memory its quantized activations may fill: M rows of
+// K + 16 bytes (the 16-byte pad puts consecutive rows in different banks), so that two blocks fit on an SM.
 constexpr int64_t kDecodeLinearMaxM = 32;
+constexpr int64_t kDecodeLinearMaxSmem = 96 * 1024;
+__host__ __device__ constexpr int64_t decode_linear_row_bytes(int64_t K) { return K + 16; }
+__host__ __device__ constexpr bool decode_linear_fits(int64_t M, int64_t K) {
+  return M >= 1 && M <= kDecodeLinearMaxM && M * decode_linear_row_bytes(K) <= kDecodeLinearMaxSmem;
+}
 
 // Launches the kernel with `slices` K slices per weight row group (4 or 8: the twins of the scaled_mm kernels
 // gemv_tc_m32_r16_s4 and _s8, whose sums it reproduces bit for bit) on p.stream, as a programmatic dependent
 // (grid_dependency.cuh). Allocates nothing. Returns the launch's error, or cudaErrorInvalidValue for an M or
-// `slices` it does not take.
+// `slices` it does not take (decode_linear_fits).
 cudaError_t launch_decode_linear(const DecodeLinearParams& p, int slices);
 
 }  // namespace fp8ext::sm90
