@@ -1,10 +1,9 @@
 // The ops' schemas, and the Python module that loads them. The backends register themselves: scaled_mm in
 // scaled_mm_cpu.cpp and scaled_mm_cuda.cpp, quantize_rowwise in quantize_rowwise_op.cpp (CPU) and
-// quantize_rowwise_cuda.cpp, linear_rowwise in linear_rowwise_op.cpp (CPU) and linear_rowwise_cuda.cpp, the
-// internal ops without tensors in internal_ops.cpp and scaled_mm_cuda.cpp. The fake (meta) implementations and
-// the autograd guards (which refuse inputs that require grad: the ops have no backward) are Python, in
-// python/fp8ext/ops.py and quantize.py: the stable ABI can neither read requires_grad nor redispatch below
-// autograd.
+// quantize_rowwise_cuda.cpp, the internal ops without tensors in internal_ops.cpp and scaled_mm_cuda.cpp. The
+// fake (meta) implementations and the autograd guards (which refuse inputs that require grad: the ops have no
+// backward) are Python, in python/fp8ext/ops.py and quantize.py: the stable ABI can neither read requires_grad
+// nor redispatch below autograd.
 #include <Python.h>
 
 #include <torch/csrc/stable/library.h>
@@ -19,13 +18,6 @@ STABLE_TORCH_LIBRARY(fp8ext, m) {
       "ScalarType scale_b_dtype, Device scale_b_device, int[]? bias, ScalarType? bias_dtype, Device? bias_device, "
       "ScalarType? out_dtype) -> ()");
   m.def("quantize_rowwise(Tensor x, ScalarType? dtype=None, float? scale_ub=None) -> (Tensor, Tensor)");
-  m.def(
-      "linear_rowwise(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias=None, bool use_fast_accum=True) "
-      "-> Tensor");
-  m.def(
-      "_check_linear_rowwise_meta(int[] x, ScalarType x_dtype, Device x_device, int[] weight, "
-      "ScalarType weight_dtype, Device weight_device, int[] weight_scale, ScalarType weight_scale_dtype, "
-      "Device weight_scale_device, int[]? bias, ScalarType? bias_dtype, Device? bias_device) -> ()");
   m.def(
       "_check_quantize_rowwise_meta(int[] sizes, int[] strides, ScalarType x_dtype, ScalarType? dtype, "
       "float? scale_ub) -> ()");

@@ -85,28 +85,21 @@ inline bool enabled() {
   return on;
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...), launched as a dependent of the stream's previous kernel when
+// kernel<<<grid, block, 0, stream>>>(args...), launched as a dependent of the stream's previous kernel when
 // enabled(). The kernel must call wait_for_prior_grids() before its first global memory access.
 template <class... Params, class... Args>
-cudaError_t launch_with_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                             Args&&... args) {
+cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
-  config.dynamicSmemBytes = smem;
+  config.dynamicSmemBytes = 0;
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = enabled() ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-}
-
-// launch_with_smem without dynamic shared memory.
-template <class... Params, class... Args>
-cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
-  return launch_with_smem(kernel, grid, block, 0, stream, std::forward<Args>(args)...);
 }
 
 // A decode GEMM's launch: kernel(p, prefetch_blocks) as a dependent, the first wave's blocks prefetching (none
@@ -115,26 +108,6 @@ template <auto Kernel, class Params>
 cudaError_t launch_decode(const Params& p, dim3 grid, int block_threads) {
   const int prefetch_blocks = enabled() ? first_wave_blocks<Kernel>(block_threads, p.sm_count) : 0;
   return launch(Kernel, grid, dim3(block_threads), p.stream, p, prefetch_blocks);
-}
-
-// A persistent decode GEMM's launch: kernel(p, prefetch_blocks) as a dependent with `smem` bytes of dynamic shared
-// memory, one block per slot that the kernel can hold resident (at most `work_blocks`), each looping over the work;
-// all of them start in the first wave, so all prefetch (none with FP8EXT_PDL=0). Params has sm_count and stream.
-template <auto Kernel, class Params>
-cudaError_t launch_persistent(const Params& p, int64_t work_blocks, int block_threads, size_t smem) {
-  if (smem > 48 * 1024) {  // past the default limit, the kernel must say it takes more (per device, so each call)
-    const cudaError_t err =
-        cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (err != cudaSuccess) return err;
-  }
-  int per_sm = 0;
-  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, block_threads, smem);
-  if (err != cudaSuccess) return err;
-  if (per_sm < 1) return cudaErrorInvalidConfiguration;
-  const int64_t slots = static_cast<int64_t>(per_sm) * p.sm_count;
-  const auto grid = static_cast<unsigned>(work_blocks < slots ? work_blocks : slots);
-  return launch_with_smem(Kernel, dim3(grid), dim3(block_threads), smem, p.stream, p,
-                          enabled() ? static_cast<int>(grid) : 0);
 }
 
 }  // namespace fp8ext::pdl

@@ -23,19 +23,51 @@
 
 #include "grid_dependency.cuh"
 #include "quantize_rowwise.h"
-#include "quantize_rowwise_device.cuh"
 
 namespace fp8ext {
 namespace {
 
-using namespace quantize_device;
-
 constexpr unsigned kFullMask = 0xffffffffu;
+
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(float v) { return v; }
+
+// kVec elements loaded as one access: 16 bytes when the rows are 16-byte aligned, else one element.
+template <typename In, int kVec>
+struct alignas(sizeof(In) * kVec) InPack {
+  In v[kVec];
+};
+template <int kVec>
+struct alignas(kVec) OutPack {
+  __nv_fp8_storage_t v[kVec];
+};
+
+template <__nv_fp8_interpretation_t kFormat, int kVec>
+__device__ __forceinline__ OutPack<kVec> to_fp8(const float (&v)[kVec]) {
+  OutPack<kVec> out;
+  // Round to nearest even; SATFINITE clamps to the finite range and keeps NaN.
+  if constexpr (kVec % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < kVec; i += 2) {
+      const __nv_fp8x2_storage_t pair = __nv_cvt_float2_to_fp8x2(make_float2(v[i], v[i + 1]), __NV_SATFINITE, kFormat);
+      out.v[i] = static_cast<__nv_fp8_storage_t>(pair & 0xff);
+      out.v[i + 1] = static_cast<__nv_fp8_storage_t>(pair >> 8);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) out.v[i] = __nv_cvt_float_to_fp8(v[i], __NV_SATFINITE, kFormat);
+  }
+  return out;
+}
 
 // CTAs of at least 256 threads: several rows share a CTA when a row needs fewer threads.
 __host__ __device__ constexpr int cta_threads(int threads_per_row) {
   return threads_per_row < 256 ? 256 : threads_per_row;
 }
+
+template <__nv_fp8_interpretation_t kFormat>
+constexpr float kFp8Max = kFormat == __NV_E4M3 ? kE4M3Max : kE5M2Max;
 
 // Where row r of x starts (the layout of QuantizeRowwiseParams). Without an outer stride (2-D x, or 3-D with
 // B = 1) every row is an inner row, and the 64-bit division, a long subroutine, is skipped.
@@ -62,6 +94,48 @@ __device__ __forceinline__ float row_amax(float amax, int row_in_cta, int lane) 
     __syncthreads();  // the CTA's next row group overwrites warp_amax
   }
   return amax;
+}
+
+// max(amax, |v[0]|, ..., |v[kVec-1]|), NaN-propagating. 16-bit packs are reduced pairwise in their own type first
+// (exact: the max of 16-bit values is one of them), so that the float conversions happen once, when the pack is
+// scaled, and the kernel keeps only the raw packs live across the row's reduction.
+template <typename In, int kVec>
+__device__ __forceinline__ float pack_amax(float amax, const InPack<In, kVec>& v) {
+  if constexpr (kVec >= 4 && (std::is_same_v<In, __nv_bfloat16> || std::is_same_v<In, __half>)) {
+    using Pair = std::conditional_t<std::is_same_v<In, __nv_bfloat16>, __nv_bfloat162, __half2>;
+    const Pair* pairs = reinterpret_cast<const Pair*>(v.v);
+    auto pair = [&](int j) { return __habs2(pairs[j]); };
+    auto m = pair(0);
+#pragma unroll
+    for (int j = 1; j < kVec / 2; ++j) m = __hmax2_nan(m, pair(j));
+    return abs_max_nan(abs_max_nan(amax, __low2float(m)), __high2float(m));
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) amax = abs_max_nan(amax, to_float(v.v[j]));
+    return amax;
+  }
+}
+
+// q for one pack: x * inv, cast with round to nearest even. The cast saturates finite values and infinities to
+// +-FP8_MAX and keeps NaN (SATFINITE), which is the formula's clamp: the CPU path clamps first, and both give the
+// same bits.
+template <typename In, __nv_fp8_interpretation_t kFormat, int kVec>
+__device__ __forceinline__ OutPack<kVec> scaled_pack(const InPack<In, kVec>& v, float inv) {
+  float f[kVec];
+  if constexpr (std::is_same_v<In, __nv_bfloat16> && kVec % 2 == 0) {
+    // bfloat16 is the top half of a float32: widen each half of the packed 32-bit words in place, which keeps the
+    // pack in its 4 registers instead of one register per element.
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(v.v);
+#pragma unroll
+    for (int j = 0; j < kVec / 2; ++j) {
+      f[2 * j] = __uint_as_float(w[j] << 16) * inv;
+      f[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u) * inv;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) f[j] = to_float(v.v[j]) * inv;
+  }
+  return to_fp8<kFormat, kVec>(f);
 }
 
 // After a row's reduction, in both kernels: the formula's amax (eps, scale_ub), the row's scale (written by

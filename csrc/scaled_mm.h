@@ -45,10 +45,4 @@ constexpr int64_t kReferenceChunkBytes = int64_t{64} << 20;
 Tensor scaled_mm_reference(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                            const std::optional<Tensor>& bias, const ScaledMmProblem& problem);
 
-#ifdef FP8EXT_WITH_CUDA
-// The SM count of `device` where scaled_mm routes its calls to the sm_90a kernels (compute capability 9.0, as
-// scaled_mm_cuda.cpp decides it), else 0. For linear_rowwise_cuda.cpp.
-int sm90_sm_count(int device);
-#endif
-
 }  // namespace fp8ext

@@ -696,11 +696,6 @@ std::vector<std::string> autotune_entries() { return sm90::flatten_entries(sm90:
 
 }  // namespace
 
-int sm90_sm_count(int device) {
-  const cudaDeviceProp& props = device_properties(device);
-  return routing_cc(props) == 90 ? props.multiProcessorCount : 0;
-}
-
 STABLE_TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) { m.impl("scaled_mm", TORCH_BOX(&scaled_mm_cuda)); }
 
 STABLE_TORCH_LIBRARY_FRAGMENT(fp8ext, m) {

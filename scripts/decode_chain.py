@@ -5,12 +5,9 @@ launch gaps and the programmatic dependent launch of the decode kernels (csrc/gr
 which an eager timing of one call after an L2 flush cannot see.
 
     python scripts/decode_chain.py --shapes 14336x4096,4096x14336 --m 1,8 --json out.json
-    python scripts/decode_chain.py --fusion --m 1,2,4,8,16 --json out.json
 
 Per (M, N, K): the dispatch's pick (capturing=True) and the us per layer of each candidate: the pick, the decode
-kernels that compute M, and the cost model's three best. With --fusion, instead: the two ops with the dispatch's
-pick against fp8ext.linear_rowwise (one step: x, weight, scale), as its route runs it ("fused") and with each
-gemv_tc twin forced ("fused:<kernel>"); `pick_over_fused` is the first over the second.
+kernels that compute M, and the cost model's three best.
 """
 import argparse
 import json
@@ -26,24 +23,17 @@ from fp8ext.testing import kernel_dtypes, kernel_max_m, random_fp8, random_scale
 
 
 def chain_us(M, N, K, kernel, chain, replays=20):
-    """us per step for `kernel` forced on the two ops; "fused" for linear_rowwise as routed, "fused:<kernel>" for
-    linear_rowwise with that kernel (a gemv_tc twin) forced."""
     xs = [torch.randn(M, K, device="cuda", dtype=torch.bfloat16) for _ in range(chain)]
     ws = [random_fp8(N, K, device="cuda") for _ in range(chain)]
     sws = [random_scales(N, device="cuda", shape=(1, N)) for _ in range(chain)]
-    fused = kernel.startswith("fused")
-    forced = (kernel.partition(":")[2] or None) if fused else kernel
-    fast = True if fused else kernel_dtypes(kernel.split("@")[0])[1]
+    _, fast, _ = kernel_dtypes(kernel.split("@")[0])
 
     def step():
         for x, w, sw in zip(xs, ws, sws):
-            if fused:
-                fp8ext.linear_rowwise(x, w, sw.view(N))
-            else:
-                xq, xs_ = fp8ext.quantize_rowwise(x)
-                fp8ext.scaled_mm(xq, w.t(), xs_, sw, use_fast_accum=fast)
+            xq, xs_ = fp8ext.quantize_rowwise(x)
+            fp8ext.scaled_mm(xq, w.t(), xs_, sw, use_fast_accum=fast)
 
-    with fp8ext.force_kernel(forced):
+    with fp8ext.force_kernel(kernel):
         step()
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
@@ -54,9 +44,6 @@ def chain_us(M, N, K, kernel, chain, replays=20):
         raise RuntimeError(ms)
     del graph
     return ms * 1e3 / chain
-
-
-FUSED_TWINS = ("gemv_tc_m32_r16_s4_fast_bf16", "gemv_tc_m32_r16_s8_fast_bf16")
 
 
 def candidates(M, N, K):
@@ -76,7 +63,6 @@ def main(argv=None) -> int:
                                        "28672x8192,8192x28672,8192x8192,1024x8192")
     p.add_argument("--m", default="1,8")
     p.add_argument("--chain", type=int, default=16)
-    p.add_argument("--fusion", action="store_true", help="the two ops' pick against linear_rowwise (see above)")
     p.add_argument("--json")
     args = p.parse_args(argv)
     rows = []
@@ -84,24 +70,17 @@ def main(argv=None) -> int:
         N, K = (int(v) for v in shape.split("x"))
         for M in (int(m) for m in args.m.split(",")):
             pick, names = candidates(M, N, K)
-            if args.fusion:
-                names = [pick, "fused"] + [f"fused:{t}" for t in FUSED_TWINS]
             torch.manual_seed(M * 1000003 + N * 7 + K)
             us = {k: chain_us(M, N, K, k, args.chain) for k in names}
             best = min(us, key=us.get)
             row = {"M": M, "N": N, "K": K, "pick": pick, "us": us, "best": best,
                    "pick_over_best": us[pick] / us[best] if pick in us else None}
-            if args.fusion:
-                sm_count = torch.cuda.get_device_properties(0).multi_processor_count
-                row["fused_twin"] = torch.ops.fp8ext._linear_rowwise_twin(M, N, K, sm_count)
-                row["pick_over_fused"] = us[pick] / us["fused"]
             rows.append(row)
             print(json.dumps(row), flush=True)
             torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({**suite_record("decode_chain"), "chain": args.chain, "fusion": args.fusion, "rows": rows}, f,
-                      indent=1)
+            json.dump({**suite_record("decode_chain"), "chain": args.chain, "rows": rows}, f, indent=1)
     return 0
 
 

@@ -143,10 +143,9 @@ def sources(with_cuda: bool) -> list[Path]:
     # quantize_rowwise_op.cpp (its checks and CPU path) too; its CUDA entry and kernel only with CUDA.
     srcs = [CSRC / "bindings.cpp", CSRC / "internal_ops.cpp", CSRC / "op_errors.cpp", CSRC / "scaled_mm_checks.cpp",
             CSRC / "scaled_mm_cpu.cpp",
-            CSRC / "sm90" / "autotune_cache.cpp", CSRC / "quantize_rowwise_op.cpp", CSRC / "linear_rowwise_op.cpp"]
+            CSRC / "sm90" / "autotune_cache.cpp", CSRC / "quantize_rowwise_op.cpp"]
     if with_cuda:
         srcs += [CSRC / "quantize_rowwise_cuda.cpp", CSRC / "quantize_rowwise.cu"]
-        srcs += [CSRC / "linear_rowwise_cuda.cpp", CSRC / "sm90" / "decode_linear.cu"]
         srcs += [CSRC / "scaled_mm_cuda.cpp", CSRC / "sm90" / "kernel_registry.cpp", CSRC / "sm90" / "dispatch.cpp",
                  CSRC / "sm90" / "cost_model.cpp", CSRC / "sm90" / "autotune.cpp",
                  CSRC / "sm90" / "blockwise_registry.cpp", CSRC / "sm90" / "blockwise_dispatch.cpp"]

@@ -50,20 +50,13 @@ template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat
 template <> __device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
 template <> __device__ __forceinline__ float to_float<float>(float x) { return x; }
 
-// The epilogue above: writes out[i, j] (out row-major with leading dimension ldo, bias nullptr or N values, both
-// of the kernel's output element type Out) from its fp32 accumulator and the two scales.
-template <typename Out>
-__device__ __forceinline__ void store_scaled(void* out, int64_t ldo, const void* bias, int64_t i, int64_t j, float sa,
-                                             float sb, float acc) {
-  const float b = bias != nullptr ? to_float(static_cast<const Out*>(bias)[j]) : 0.0f;
-  static_cast<Out*>(out)[i * ldo + j] = from_float<Out>(fmaf(sa * sb, acc, b));
-}
-
-// store_scaled with the scales of a scaled_mm call (GemmParams).
+// Writes out[i, j] from its fp32 accumulator; Out is the kernel's output element type.
 template <typename Out>
 __device__ __forceinline__ void store_output(const GemmParams& p, int64_t i, int64_t j, float acc) {
-  store_scaled<Out>(p.out, p.ldo, p.bias, i, j, p.scale_a[p.scale_a_per_row ? i : 0],
-                    p.scale_b[p.scale_b_per_col ? j : 0], acc);
+  const float sa = p.scale_a[p.scale_a_per_row ? i : 0];
+  const float sb = p.scale_b[p.scale_b_per_col ? j : 0];
+  const float bias = p.bias != nullptr ? to_float(static_cast<const Out*>(p.bias)[j]) : 0.0f;
+  static_cast<Out*>(p.out)[i * p.ldo + j] = from_float<Out>(fmaf(sa * sb, acc, bias));
 }
 
 // The row-wise decode kernels' policy (gemv_cuda_core.cuh, gemv_tensor_core.cuh): the scales and bias enter

@@ -34,19 +34,6 @@
 //
 // The tensor core sums fp8 products with reduced precision before they reach the fp32 registers (as in the
 // CUTLASS fast kernels), so these kernels are registered for fast accumulation only.
-//
-// Where the activations come from is the kernel's Act parameter: Fp8Activations (below) reads `a`, quantized
-// beforehand, from global memory; sm90/decode_linear.cu's source quantizes bf16 activations as it loads them.
-// An Act is built by every thread after the wait (it may read memory and synchronize the block) and has
-//   kPersistent                         false: one block per row block; true: the grid is one wave and each
-//                                       block loops over row blocks (an Act whose construction is costly)
-//   dynamic_smem(p)                     the dynamic shared memory the Act needs (only when kPersistent)
-//   Raw, zero()                         what a lane loads for 16 activations of one token (zero(): none)
-//   load(p, token, k)                   loads the token's 16 activations at K offset k (token < M, k % 16 == 0)
-//   convert(raw, token)                 their 16 e4m3 bytes, in K order
-//   store<Policy, Out>(p, i, j, acc)    writes out[i, j] from its accumulator (it knows token i's scale)
-// Every load of a round is issued before any convert: a convert waits for its load, and placed between the
-// loads it would hold back the weight loads after it.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -115,31 +102,8 @@ __device__ __forceinline__ void mma_round(float (&d)[MT][NT][4], const uint4 (&w
   }
 }
 
-// The activations of a scaled_mm call: `a` (e4m3 or e5m2, quantized beforehand) from global memory, the token's
-// scale in the Policy's store.
-struct Fp8Activations {
-  static constexpr bool kPersistent = false;
-  using Raw = uint4;
-  const uint8_t* a;
-  int64_t lda;
-  template <class Params>
-  __device__ explicit Fp8Activations(const Params& p) : a(static_cast<const uint8_t*>(p.a)), lda(p.lda) {}
-  __device__ static Raw zero() { return make_uint4(0, 0, 0, 0); }
-  template <class Params>
-  __device__ Raw load(const Params&, int token, int64_t k) const {
-    return __ldg(reinterpret_cast<const uint4*>(a + token * lda + k));
-  }
-  __device__ uint4 convert(const Raw& raw, int) const { return raw; }
-  template <class Policy, typename Out, class Params>
-  __device__ void store(const Params& p, int i, int64_t j, float acc) const {
-    Policy::template store<Out>(p, i, j, acc);
-  }
-};
-
-// MT: 16-row weight tiles per warp. NT: tiles of 8 tokens (M <= 8 * NT). S: slices of K per row group. Act: where
-// the activations come from (above).
-template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int MT, int NT, int S,
-          class Act = Fp8Activations>
+// MT: 16-row weight tiles per warp. NT: tiles of 8 tokens (M <= 8 * NT). S: slices of K per row group.
+template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int MT, int NT, int S>
 __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBlockScaled>))
     gemv_tc_kernel(typename Policy::Params p, int prefetch_blocks) {
   static_assert(kWarps % S == 0, "a block holds whole row groups");
@@ -156,7 +120,9 @@ __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBloc
   const int group = warp / S;
   const int slice = warp % S;
 
+  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kBlockRows + group * kGroupRows;
   const auto* w = static_cast<const uint8_t*>(p.b);
+  const auto* a = static_cast<const uint8_t*>(p.a);
 
   // This warp's K slice; slices are whole chunks except the last, which may be short or empty.
   const int64_t slice_len = (p.K + S * kChunk - 1) / (S * kChunk) * kChunk;
@@ -169,134 +135,105 @@ __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBloc
   // the wait.
   constexpr int64_t kPrefetchPerRow = pdl::kPrefetchBytesPerBlock / (kWarps * kGroupRows) / 16 * 16;
   const bool first_wave = static_cast<int>(blockIdx.x) < prefetch_blocks;
-  const int64_t first_row0 = static_cast<int64_t>(blockIdx.x) * kBlockRows + group * kGroupRows;
-  if (first_wave && lane < kGroupRows && first_row0 + lane < p.N && k_end > k_begin) {
+  if (first_wave && lane < kGroupRows && first_row + lane < p.N && k_end > k_begin) {
     const int64_t bytes = k_end - k_begin < kPrefetchPerRow ? k_end - k_begin : kPrefetchPerRow;
-    pdl::prefetch_l2(w + (first_row0 + lane) * p.ldb + k_begin, static_cast<uint32_t>(bytes));
+    pdl::prefetch_l2(w + (first_row + lane) * p.ldb + k_begin, static_cast<uint32_t>(bytes));
   }
   pdl::wait_for_prior_grids();
   pdl::allow_dependent_grids();  // the next fp8ext kernel (a decode step's next quantize) may start waiting
-  const Act act(p);
 
-  // The rows kBlockRows * rb .. + kBlockRows - 1 of the weight, each row group in its warps.
-  auto row_block = [&](int64_t rb) {
-    const int64_t first_row = rb * kBlockRows + group * kGroupRows;
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-    float acc[MT][NT][4] = {};
-    for (int64_t k0 = k_begin; k0 < k_end; k0 += kChunk * kRoundsInFlight) {
-      uint4 wv[kRoundsInFlight][MT][2][2];  // [round][weight tile][row g, row g + 8][first, second 16 bytes]
-      typename Act::Raw xr[kRoundsInFlight][NT][2];  // [round][token tile][first, second 16 bytes]
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  float acc[MT][NT][4] = {};
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kChunk * kRoundsInFlight) {
+    uint4 wv[kRoundsInFlight][MT][2][2];  // [round][weight tile][row g, row g + 8][first, second 16 bytes]
+    uint4 xv[kRoundsInFlight][NT][2];     // [round][token tile][first, second 16 bytes]
 #pragma unroll
-      for (int u = 0; u < kRoundsInFlight; ++u) {
+    for (int u = 0; u < kRoundsInFlight; ++u) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int64_t k = k0 + u * kChunk + t * 32 + h * 16;
-          const bool in_k = k < k_end;  // K and every slice end are multiples of 16: a piece is whole or absent
+      for (int h = 0; h < 2; ++h) {
+        const int64_t k = k0 + u * kChunk + t * 32 + h * 16;
+        const bool in_k = k < k_end;  // K and every slice end are multiples of 16: a piece is whole or absent
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
+        for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              const int64_t row = first_row + mt * kTileRows + half * 8 + g;
-              wv[u][mt][half][h] = in_k && row < p.N ? decode::load_streaming(w + row * p.ldb + k) : zero;
-            }
-          }
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            const int token = nt * 8 + g;
-            xr[u][nt][h] = in_k && token < p.M ? act.load(p, token, k) : Act::zero();
+          for (int half = 0; half < 2; ++half) {
+            const int64_t row = first_row + mt * kTileRows + half * 8 + g;
+            wv[u][mt][half][h] = in_k && row < p.N ? decode::load_streaming(w + row * p.ldb + k) : zero;
           }
         }
-      }
-#pragma unroll
-      for (int u = 0; u < kRoundsInFlight; ++u) {
-        uint4 xv[NT][2];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          xv[nt][0] = act.convert(xr[u][nt][0], nt * 8 + g);
-          xv[nt][1] = act.convert(xr[u][nt][1], nt * 8 + g);
+          const int token = nt * 8 + g;
+          xv[u][nt][h] = in_k && token < p.M ? __ldg(reinterpret_cast<const uint4*>(a + token * p.lda + k)) : zero;
         }
-        if constexpr (Policy::kBlockScaled) {
-          // A round is one 128-wide K chunk, which is one scale group (slices start on multiples of 128): its
-          // products go into their own sums, which are scaled and added to acc in fp32. The D fragment holds
-          // tokens 2t and 2t + 1 of each token tile, and rows of one 16-row tile, inside one 128-row block.
-          const int64_t k = k0 + u * kChunk;
-          if (k >= k_end) break;
-          float part[MT][NT][4] = {};
-          mma_round<KindA, MT, NT>(part, wv[u], xv);
+      }
+    }
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            const float sb = Policy::weight_scale(p, first_row + mt * kTileRows, k);
+    for (int u = 0; u < kRoundsInFlight; ++u) {
+      if constexpr (Policy::kBlockScaled) {
+        // A round is one 128-wide K chunk, which is one scale group (slices start on multiples of 128): its
+        // products go into their own sums, which are scaled and added to acc in fp32. The D fragment holds
+        // tokens 2t and 2t + 1 of each token tile, and rows of one 16-row tile, inside one 128-row block.
+        const int64_t k = k0 + u * kChunk;
+        if (k >= k_end) break;
+        float part[MT][NT][4] = {};
+        mma_round<KindA, MT, NT>(part, wv[u], xv[u]);
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-              const float s0 = sb * Policy::token_scale(p, nt * 8 + 2 * t, k);
-              const float s1 = sb * Policy::token_scale(p, nt * 8 + 2 * t + 1, k);
-              acc[mt][nt][0] = fmaf(s0, part[mt][nt][0], acc[mt][nt][0]);
-              acc[mt][nt][1] = fmaf(s1, part[mt][nt][1], acc[mt][nt][1]);
-              acc[mt][nt][2] = fmaf(s0, part[mt][nt][2], acc[mt][nt][2]);
-              acc[mt][nt][3] = fmaf(s1, part[mt][nt][3], acc[mt][nt][3]);
-            }
+        for (int mt = 0; mt < MT; ++mt) {
+          const float sb = Policy::weight_scale(p, first_row + mt * kTileRows, k);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const float s0 = sb * Policy::token_scale(p, nt * 8 + 2 * t, k);
+            const float s1 = sb * Policy::token_scale(p, nt * 8 + 2 * t + 1, k);
+            acc[mt][nt][0] = fmaf(s0, part[mt][nt][0], acc[mt][nt][0]);
+            acc[mt][nt][1] = fmaf(s1, part[mt][nt][1], acc[mt][nt][1]);
+            acc[mt][nt][2] = fmaf(s0, part[mt][nt][2], acc[mt][nt][2]);
+            acc[mt][nt][3] = fmaf(s1, part[mt][nt][3], acc[mt][nt][3]);
           }
-        } else {
-          mma_round<KindA, MT, NT>(acc, wv[u], xv);
         }
+      } else {
+        mma_round<KindA, MT, NT>(acc, wv[u], xv[u]);
       }
     }
+  }
 
-    // One weight tile at a time through shared memory: the D fragment of acc[mt][nt] is
-    // {(row g, token 2t), (row g, token 2t + 1), (row g + 8, token 2t), (row g + 8, token 2t + 1)}.
-    // Consecutive threads then take consecutive rows of one token: out[token, j] is contiguous in j.
-    constexpr int kOutputs = kWarps / S * kTileRows * NT * 8;
+  // One weight tile at a time through shared memory: the D fragment of acc[mt][nt] is
+  // {(row g, token 2t), (row g, token 2t + 1), (row g + 8, token 2t), (row g + 8, token 2t + 1)}.
+  // Consecutive threads then take consecutive rows of one token: out[token, j] is contiguous in j.
+  constexpr int kOutputs = kWarps / S * kTileRows * NT * 8;
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
+  for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        partial[warp][nt * 8 + 2 * t][g] = acc[mt][nt][0];
-        partial[warp][nt * 8 + 2 * t + 1][g] = acc[mt][nt][1];
-        partial[warp][nt * 8 + 2 * t][g + 8] = acc[mt][nt][2];
-        partial[warp][nt * 8 + 2 * t + 1][g + 8] = acc[mt][nt][3];
-      }
-      __syncthreads();
-      for (int idx = threadIdx.x; idx < kOutputs; idx += kWarps * 32) {
-        const int r = idx % kTileRows;
-        const int grp = idx / kTileRows % (kWarps / S);
-        const int token = idx / (kTileRows * (kWarps / S));
-        const int64_t j = rb * kBlockRows + grp * kGroupRows + mt * kTileRows + r;
-        if (token >= p.M || j >= p.N) continue;
-        float sum = partial[grp * S][token][r];
-#pragma unroll
-        for (int s = 1; s < S; ++s) sum += partial[grp * S + s][token][r];
-        act.template store<Policy, Out>(p, token, j, sum);
-      }
-      __syncthreads();  // before the next tile overwrites `partial`
+    for (int nt = 0; nt < NT; ++nt) {
+      partial[warp][nt * 8 + 2 * t][g] = acc[mt][nt][0];
+      partial[warp][nt * 8 + 2 * t + 1][g] = acc[mt][nt][1];
+      partial[warp][nt * 8 + 2 * t][g + 8] = acc[mt][nt][2];
+      partial[warp][nt * 8 + 2 * t + 1][g + 8] = acc[mt][nt][3];
     }
-  };
-
-  if constexpr (Act::kPersistent) {
-    const int64_t row_blocks = (p.N + kBlockRows - 1) / kBlockRows;
-    for (int64_t rb = blockIdx.x; rb < row_blocks; rb += gridDim.x) row_block(rb);
-  } else {
-    row_block(blockIdx.x);
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kOutputs; idx += kWarps * 32) {
+      const int r = idx % kTileRows;
+      const int grp = idx / kTileRows % (kWarps / S);
+      const int token = idx / (kTileRows * (kWarps / S));
+      const int64_t j = static_cast<int64_t>(blockIdx.x) * kBlockRows + grp * kGroupRows + mt * kTileRows + r;
+      if (token >= p.M || j >= p.N) continue;
+      float sum = partial[grp * S][token][r];
+#pragma unroll
+      for (int s = 1; s < S; ++s) sum += partial[grp * S + s][token][r];
+      Policy::template store<Out>(p, token, j, sum);
+    }
+    __syncthreads();  // before the next tile overwrites `partial`
   }
 }
 
-// A dependent launch (grid_dependency.cuh) of `row_blocks` blocks, or of a persistent grid that loops over them.
-template <auto Kernel, class Act, class Params>
-cudaError_t launch_row_blocks(const Params& p, int64_t row_blocks) {
-  if constexpr (Act::kPersistent) {
-    return pdl::launch_persistent<Kernel>(p, row_blocks, kWarps * 32, Act::dynamic_smem(p));
-  } else {
-    return pdl::launch_decode<Kernel>(p, dim3(static_cast<unsigned>(row_blocks)), kWarps * 32);
-  }
-}
-
-template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int MT, int S, class Act = Fp8Activations>
+template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int MT, int S>
 cudaError_t launch_tiles(const typename Policy::Params& p) {
   constexpr int64_t kBlockRows = kWarps / S * MT * kTileRows;
-  const int64_t row_blocks = (p.N + kBlockRows - 1) / kBlockRows;
-  // 1, 2 or 4 tiles of 8 tokens.
-  if (p.M <= 8) return launch_row_blocks<gemv_tc_kernel<Policy, Out, KindA, MT, 1, S, Act>, Act>(p, row_blocks);
-  if (p.M <= 16) return launch_row_blocks<gemv_tc_kernel<Policy, Out, KindA, MT, 2, S, Act>, Act>(p, row_blocks);
-  return launch_row_blocks<gemv_tc_kernel<Policy, Out, KindA, MT, 4, S, Act>, Act>(p, row_blocks);
+  const dim3 grid(static_cast<unsigned>((p.N + kBlockRows - 1) / kBlockRows));
+  // A dependent launch (grid_dependency.cuh) with 1, 2 or 4 tiles of 8 tokens.
+  if (p.M <= 8) return pdl::launch_decode<gemv_tc_kernel<Policy, Out, KindA, MT, 1, S>>(p, grid, kWarps * 32);
+  if (p.M <= 16) return pdl::launch_decode<gemv_tc_kernel<Policy, Out, KindA, MT, 2, S>>(p, grid, kWarps * 32);
+  return pdl::launch_decode<gemv_tc_kernel<Policy, Out, KindA, MT, 4, S>>(p, grid, kWarps * 32);
 }
 
 }  // namespace fp8ext::sm90::gemv_tc

@@ -40,13 +40,13 @@ if _BUILD_INFO is not None:
 from .autotune import _configure_from_environment, autotune, autotune_entries
 from .ops import (_has_cuda_kernels, backends, blockwise_kernel_names, force_kernel, kernel_names, kernel_traits,
                   scaled_mm, selected_blockwise_kernel, selected_kernel, set_backends)
-from .quantize import f8f8bf16_rowwise, linear_rowwise, quantize_blockwise, quantize_rowwise
+from .quantize import f8f8bf16_rowwise, quantize_blockwise, quantize_rowwise
 from . import nn
 from .nn import ConvertReport, Float8Linear, convert
 
 __all__ = ["scaled_mm", "kernel_names", "kernel_traits", "selected_kernel", "force_kernel", "set_backends",
            "backends", "autotune", "autotune_entries", "build_info", "__version__", "quantize_rowwise",
-           "linear_rowwise", "f8f8bf16_rowwise", "quantize_blockwise", "blockwise_kernel_names", "selected_blockwise_kernel", "nn",
+           "f8f8bf16_rowwise", "quantize_blockwise", "blockwise_kernel_names", "selected_blockwise_kernel", "nn",
            "Float8Linear", "convert", "ConvertReport", "TorchaoConfig"]
 
 if _has_cuda_kernels():

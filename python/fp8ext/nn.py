@@ -6,8 +6,7 @@
         out = model(inputs)
 
 Inference only: the weight is quantized once (per output row, e4m3), each forward quantizes the activation per
-token and runs fp8ext.scaled_mm with the bias fused, both in one op (fp8ext.linear_rowwise). docs/model_path.md
-describes the numerics and the limits.
+token and runs fp8ext.scaled_mm with the bias fused. docs/model_path.md describes the numerics and the limits.
 """
 from __future__ import annotations
 
@@ -20,7 +19,8 @@ from torch import nn
 from .quantize import quantize_rowwise
 
 E4M3 = torch.float8_e4m3fn
-_LINEAR = torch.ops.fp8ext.linear_rowwise.default  # fp8ext.linear_rowwise: quantize_rowwise, then scaled_mm
+_QUANTIZE = torch.ops.fp8ext.quantize_rowwise.default  # fp8ext.quantize_rowwise
+_SCALED_MM = torch.ops.fp8ext.scaled_mm.default  # fp8ext.scaled_mm
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -37,8 +37,7 @@ class Float8Linear(nn.Module):
     """``y = x @ W.t() + b`` with W stored as float8_e4m3fn ``[N, K]`` and one float32 scale per output row.
 
     The forward quantizes ``x`` per token (quantize_rowwise over the last dimension, any leading dimensions) and
-    calls fp8ext.scaled_mm with the bias fused, as one op (fp8ext.linear_rowwise, fused into one kernel at
-    decode sizes); the output has ``x``'s dtype (bfloat16, float16 or float32) and
+    calls fp8ext.scaled_mm with the bias fused; the output has ``x``'s dtype (bfloat16, float16 or float32) and
     shape ``x.shape[:-1] + (N,)``. ``weight``, ``weight_scale`` (float32 ``[N]``) and ``bias`` (in the dtype of
     the layer it came from) are parameters without grad, so ``state_dict()`` / ``load_state_dict()`` and
     ``.to(device)`` carry them. Inference only: call it under ``torch.no_grad()`` or ``torch.inference_mode()``.
@@ -87,16 +86,17 @@ class Float8Linear(nn.Module):
         if x.shape[-1] != self.in_features:
             raise ValueError(f"fp8ext.Float8Linear: x: expected the last dimension to be in_features = "
                              f"{self.in_features}, got shape {tuple(x.shape)}")
+        lead = x.shape[:-1]
+        # quantize_rowwise takes 2-D and 3-D inputs with any leading strides; other ranks are flattened first.
+        # The ops' overloads are called directly (not the Python wrappers, not the overload packets): an eager
+        # prefill of a small model is bound by the host's time per layer.
+        xq, xs = _QUANTIZE(x if x.dim() in (2, 3) else x.reshape(-1, self.in_features), E4M3, None)
         bias = self.bias
         if bias is not None and bias.dtype != x.dtype:
             bias = bias.to(x.dtype)  # scaled_mm's bias has the output's dtype
-        # linear_rowwise takes 2-D and 3-D inputs with any leading strides; other ranks are flattened first. The
-        # op's overload is called directly (not the Python wrapper, not the overload packet): an eager prefill of
-        # a small model is bound by the host's time per layer.
-        if x.dim() in (2, 3):
-            return _LINEAR(x, self.weight, self.weight_scale, bias, self.use_fast_accum)
-        out = _LINEAR(x.reshape(-1, self.in_features), self.weight, self.weight_scale, bias, self.use_fast_accum)
-        return out.view(*x.shape[:-1], self.out_features)
+        out = _SCALED_MM(xq.view(-1, self.in_features), self.weight.t(), xs.view(-1, 1), self.weight_scale, bias,
+                         x.dtype, self.use_fast_accum)
+        return out.view(*lead, self.out_features)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "

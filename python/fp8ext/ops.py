@@ -125,7 +125,6 @@ def _register_autograd_guard(name: str, tensor_args: tuple[str, ...]) -> None:
 
 _register_autograd_guard("scaled_mm", ("a", "b", "scale_a", "scale_b", "bias"))
 _register_autograd_guard("quantize_rowwise", ("x",))
-_register_autograd_guard("linear_rowwise", ("x", "weight", "weight_scale", "bias"))
 
 
 def _has_cuda_kernels() -> bool:

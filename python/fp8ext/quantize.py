@@ -1,10 +1,8 @@
-"""Row-wise FP8 quantization (`fp8ext.quantize_rowwise`), the quantize + GEMM op of Float8Linear
-(`fp8ext.linear_rowwise`) and the FBGEMM-style GEMM entry (`fp8ext.f8f8bf16_rowwise`).
+"""Row-wise FP8 quantization (`fp8ext.quantize_rowwise`) and the FBGEMM-style GEMM entry (`fp8ext.f8f8bf16_rowwise`).
 
-`torch.ops.fp8ext.quantize_rowwise` and `linear_rowwise` are defined in C++ (csrc/bindings.cpp; CPU paths in
-csrc/quantize_rowwise_op.cpp and linear_rowwise_op.cpp, CUDA in quantize_rowwise.cu and linear_rowwise_cuda.cpp);
-this module adds their fake implementations, linear_rowwise's autograd guard and the documented Python entries.
-docs/model_path.md describes the numerics.
+`torch.ops.fp8ext.quantize_rowwise` is defined in C++ (csrc/bindings.cpp, CPU path in
+csrc/quantize_rowwise_op.cpp, CUDA kernel in csrc/quantize_rowwise.cu); this module adds its fake implementation
+and the documented Python entries. docs/model_path.md describes the numerics.
 """
 from __future__ import annotations
 
@@ -13,7 +11,7 @@ from typing import Optional
 import torch
 
 from . import _C  # noqa: F401  (loading the library registers torch.ops.fp8ext)
-from .ops import _operand_meta, _size_hint, scaled_mm
+from .ops import _size_hint, scaled_mm
 
 E4M3 = torch.float8_e4m3fn
 
@@ -49,36 +47,6 @@ def quantize_rowwise(x: torch.Tensor, dtype: torch.dtype = E4M3,
     ``RuntimeError`` naming the argument, what is accepted and what was given (traced calls raise the same).
     """
     return torch.ops.fp8ext.quantize_rowwise(x, dtype, scale_ub)
-
-
-def linear_rowwise(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
-                   bias: Optional[torch.Tensor] = None, use_fast_accum: bool = True) -> torch.Tensor:
-    """``quantize_rowwise(x)`` followed by ``scaled_mm`` with an FP8 weight, as one op: Float8Linear's forward.
-
-    Computes exactly::
-
-        x_q, x_scale = quantize_rowwise(x)                     # e4m3, one scale per row of x
-        out = scaled_mm(x_q.view(M, K), weight.t(), x_scale.view(M, 1), weight_scale, bias, x.dtype,
-                        use_fast_accum).view(*x.shape[:-1], N)
-
-    At decode sizes on an H100/H200 (bfloat16 x with at most 16 rows, use_fast_accum) one kernel does both: it
-    quantizes the activations as it loads them and gives the same bits as the two ops with the tensor-core GEMV
-    it runs (docs/model_path.md). Elsewhere the two ops run as they would on their own.
-
-    Args:
-        x: bfloat16, float16 or float32, 2-D ``[M, K]`` or 3-D ``[B, S, K]``, as quantize_rowwise takes it.
-        weight: float8_e4m3fn ``[N, K]`` (a Linear's weight layout), rows contiguous.
-        weight_scale: float32 ``[N]``, one scale per row of ``weight``.
-        bias: optional ``[N]`` of x's dtype.
-        use_fast_accum: as in scaled_mm.
-
-    Returns:
-        A new tensor of x's dtype and shape ``x.shape[:-1] + (N,)``; nothing else is kept (the quantized x of the
-        two-op route is temporary).
-
-    Not differentiable. Bad arguments raise ``RuntimeError`` starting ``fp8ext.linear_rowwise: <argument>:``.
-    """
-    return torch.ops.fp8ext.linear_rowwise(x, weight, weight_scale, bias, use_fast_accum)
 
 
 _FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
@@ -139,15 +107,6 @@ def _quantize_rowwise_fake(x, dtype=None, scale_ub=None):
                                                   [_size_hint(s) for s in x.stride()], x.dtype, dtype, scale_ub)
     q = x.new_empty(x.shape, dtype=E4M3 if dtype is None else dtype)
     return q, x.new_empty((*x.shape[:-1], 1), dtype=torch.float32)
-
-
-@torch.library.register_fake("fp8ext::linear_rowwise")
-def _linear_rowwise_fake(x, weight, weight_scale, bias=None, use_fast_accum=True):
-    # The C++ validation (csrc/linear_rowwise_op.cpp) on the traced tensors' metadata.
-    bias_meta = _operand_meta(bias) if bias is not None else (None, None, None)
-    torch.ops.fp8ext._check_linear_rowwise_meta(*_operand_meta(x), *_operand_meta(weight),
-                                                *_operand_meta(weight_scale), *bias_meta)
-    return x.new_empty((*x.shape[:-1], weight.size(0)))
 
 
 def _check(cond: bool, arg: str, message: str) -> None:
