@@ -21,11 +21,14 @@ def test_tiny_comparison_on_cpu():
     assert result["convert"]["swapped"] == 14 and result["convert"]["skipped"] == [["lm_head",
                                                                                    "lm_head (skip_lm_head=True)"]]
     (pre,), (dec,) = result["prefill"], result["decode"]
-    assert set(pre["rel_err"]) == set(dec["rel_err"]) == {"fp8ext", "torch_rowwise"}
+    assert set(pre["rel_err"]) == set(dec["rel_err"]) == {"fp8ext", "fp8ext_fused", "torch_rowwise"}
+    assert result["convert"]["fused_groups"] == 4  # q/k/v and gate/up of each layer
     for errs in (*pre["rel_err"].values(), *dec["rel_err"].values()):
         assert all(0 < e < 0.2 for e in errs.values()), errs
-    # The peer uses the same FP8 weights and the same activation formula: the two FP8 variants agree closely.
-    assert abs(pre["rel_err"]["fp8ext"]["hidden"] - pre["rel_err"]["torch_rowwise"]["hidden"]) < 0.02
+    # The peer and the fused siblings use the same FP8 weights and the same activation formula: the FP8 variants
+    # agree closely.
+    for other in ("torch_rowwise", "fp8ext_fused"):
+        assert abs(pre["rel_err"]["fp8ext"]["hidden"] - pre["rel_err"][other]["hidden"]) < 0.02, other
 
 
 @needs_cpu_rowwise

@@ -101,7 +101,7 @@ def tiny_timed(monkeypatch):
                     reason="the torch._scaled_mm row-wise peer: this torch's CPU path takes per-tensor scales only")
 def test_tiny_model_comparison_timed_on_cpu(tiny_timed, tmp_path):
     res = tiny_timed
-    assert res["variants"] == ["bf16", "fp8ext", "torch_rowwise"]
+    assert res["variants"] == ["bf16", "fp8ext", "fp8ext_fused", "torch_rowwise"]
     assert res["variant_errors"] == {"torchao": "not requested (--no-torchao)"}
     pre, dec = res["prefill"][0], res["decode"][0]
     assert pre["top1_positions"] == 32 and res["prefill"][1]["top1_positions"] == 32
@@ -115,6 +115,8 @@ def test_tiny_model_comparison_timed_on_cpu(tiny_timed, tmp_path):
     summary = model_suite.summarize([res])
     assert summary["tiny prefill 1x32 fp8ext/bf16 tok/s"] == 2.0
     assert summary["tiny decode graph b=2 fp8ext/bf16 tok/s"] == 2.0
+    assert summary["tiny decode graph b=2 fp8ext_fused/bf16 tok/s"] == 2.0
+    assert dec["graph"]["speedup"]["fp8ext_fused_vs_fp8ext"] == 1.0
     assert summary["tiny fp8ext vs torchao (geomean)"] == "not requested (--no-torchao)"
     assert summary["tiny fp8ext vs torch_rowwise (geomean)"] == 2.0
     json.dumps(res)  # the record is JSON-able
@@ -178,8 +180,12 @@ def test_torchao_failure_is_recorded_not_raised(monkeypatch):
     monkeypatch.setattr(model_suite, "torchao_variant", broken)
     model = model_suite.build_model("tiny", 1, 256, "cpu")
     models, report, errors = model_suite.variants(model, torchao=True)
-    assert list(models) == ["bf16", "fp8ext", "torch_rowwise"] and report["swapped"] == 7
+    assert list(models) == ["bf16", "fp8ext", "fp8ext_fused", "torch_rowwise"] and report["swapped"] == 7
+    assert report["fused_groups"] == 2  # q/k/v and gate/up of the one layer
     assert errors == {"torchao": "failed: ImportError: No module named 'torchao'"}
+    models, report, errors = model_suite.variants(model, torchao=False, fused=False)
+    assert list(models) == ["bf16", "fp8ext", "torch_rowwise"] and "fused_groups" not in report
+    assert errors["fp8ext_fused"] == "not requested (--no-fused)"
 
 
 def test_linears_omitted_replaces_only_the_fp8_layers_and_copies_no_weight():

@@ -1,5 +1,6 @@
 """fp8ext.nn.Float8Linear, fp8ext.convert, fp8ext.f8f8bf16_rowwise and fp8ext.TorchaoConfig: on CPU through the ops'
 reference paths, and on an sm_90 GPU under torch.compile and CUDA graphs."""
+import copy
 import io
 
 import pytest
@@ -273,3 +274,130 @@ def test_gpu_cuda_graph_replay_allocates_nothing_new():
             # Eager calls may pick a kernel that capture excludes (stream-K): equal up to summation order.
             torch.testing.assert_close(out, f8(x), rtol=1e-2, atol=1e-2)
         assert torch.cuda.memory_stats()["allocation.all.allocated"] > before  # (the eager calls did allocate)
+
+
+# ---- convert(fuse_siblings=True): q/k/v and gate/up as one GEMM each ----
+
+class Attention(nn.Module):
+    """Calls its projections as Hugging Face's Llama attention does: q, k and v on the same input object."""
+
+    def __init__(self, d=64, kv=32, bias=False):
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj = nn.Linear(d, d, bias), nn.Linear(d, kv, bias), nn.Linear(d, kv, bias)
+        self.o_proj = nn.Linear(d, d, bias)
+
+    def forward(self, x):
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        return self.o_proj(q * torch.cat([k, v], -1))
+
+
+class Mlp(nn.Module):
+    def __init__(self, d=64, hidden=128):
+        super().__init__()
+        self.gate_proj, self.up_proj, self.down_proj = nn.Linear(d, hidden), nn.Linear(d, hidden), nn.Linear(hidden, d)
+
+    def forward(self, x):
+        return self.down_proj(torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Decoder(nn.Module):
+    def __init__(self, bias=False):
+        super().__init__()
+        self.attn, self.mlp = Attention(bias=bias), Mlp()
+
+    def forward(self, x):
+        x = x + self.attn(x)
+        return x + self.mlp(x)
+
+
+def fused_and_plain(bias=False, **kwargs):
+    torch.manual_seed(0)
+    model = Decoder(bias=bias).bfloat16()
+    plain, fused = copy.deepcopy(model), copy.deepcopy(model)
+    fp8ext.convert(plain)
+    return plain, fused, fp8ext.convert(fused, fuse_siblings=True, **kwargs)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_fuse_siblings_computes_what_the_plain_conversion_does(bias):
+    plain, fused, report = fused_and_plain(bias)
+    assert report.fused == [(["attn.q_proj", "attn.k_proj", "attn.v_proj"], (128, 64)),
+                            (["mlp.gate_proj", "mlp.up_proj"], (256, 64))]
+    assert len(report.swapped) == 7 and "2 sibling groups fused" in str(report)
+    assert isinstance(fused.attn.q_proj, fp8ext.nn.SiblingLinear) and isinstance(fused.attn.o_proj, Float8Linear)
+    # Per-row weight scales: the fused weight is the layers' own FP8 weights, stacked.
+    assert torch.equal(fused.attn.q_proj.fused.weight,
+                       torch.cat([plain.attn.q_proj.weight, plain.attn.k_proj.weight, plain.attn.v_proj.weight]))
+    x = torch.randn(3, 5, 64).bfloat16()
+    with torch.inference_mode():
+        torch.testing.assert_close(fused(x).float(), plain(x).float(), rtol=1e-2, atol=1e-2)
+    assert fused.attn.q_proj.group._out is None  # let go once every sibling has taken its part
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x).float(), plain(x).float(), rtol=1e-2, atol=1e-2)
+
+
+def test_a_sibling_with_another_or_a_changed_input_computes_its_own():
+    plain, fused, _ = fused_and_plain()
+    x, y = torch.randn(4, 64).bfloat16(), torch.randn(4, 64).bfloat16()
+    with torch.no_grad():
+        q = fused.attn.q_proj(x)
+        torch.testing.assert_close(q.float(), plain.attn.q_proj(x).float(), rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(fused.attn.k_proj(y).float(), plain.attn.k_proj(y).float(), rtol=1e-2, atol=1e-2)
+        fused.attn.q_proj(x)
+        x.mul_(3)  # the version counter moves: v must not reuse the result for the old x
+        torch.testing.assert_close(fused.attn.v_proj(x).float(), plain.attn.v_proj(x).float(), rtol=1e-2, atol=1e-2)
+
+
+def test_siblings_that_do_not_all_qualify_are_not_fused():
+    _, _, report = fused_and_plain(filter_fn=lambda m, fqn: fqn != "attn.k_proj")
+    assert [names for names, _ in report.fused] == [["mlp.gate_proj", "mlp.up_proj"]]
+    model = Decoder().bfloat16()
+    model.mlp.up_proj = nn.Linear(64, 128, bias=False).bfloat16()  # bias on one sibling only
+    assert fp8ext.convert(model, fuse_siblings=True).fused == [
+        (["attn.q_proj", "attn.k_proj", "attn.v_proj"], (128, 64))]
+
+
+def test_fused_state_dict_round_trip_and_compile():
+    _, fused, _ = fused_and_plain()
+    assert "attn.q_proj.fused.weight" in fused.state_dict() and "attn.k_proj.weight" not in fused.state_dict()
+    buf = io.BytesIO()
+    torch.save(fused.state_dict(), buf)
+    other = Decoder().bfloat16()
+    fp8ext.convert(other, fuse_siblings=True)
+    buf.seek(0)
+    other.load_state_dict(torch.load(buf))
+    x = torch.randn(2, 7, 64).bfloat16()
+    with torch.inference_mode():
+        want = fused(x)
+        assert torch.equal(other(x), want)
+        torch._dynamo.reset()
+        assert torch.equal(torch.compile(fused, fullgraph=True, backend="aot_eager")(x), want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [1, 4, 16])
+def test_gpu_fused_siblings_are_bitwise_the_plain_layers_with_one_kernel(M):
+    # With one decode kernel forced, each output column is the same sum whatever the weight's height.
+    plain, fused, _ = fused_and_plain()
+    plain, fused = plain.cuda(), fused.cuda()
+    x = torch.randn(M, 64, device="cuda").bfloat16()
+    with torch.inference_mode(), fp8ext.force_kernel("gemv_tc_m32_r16_s8_fast_bf16"):
+        assert torch.equal(fused(x), plain(x))
+
+
+@pytest.mark.gpu
+def test_gpu_fused_siblings_in_a_cuda_graph():
+    _, fused, _ = fused_and_plain()
+    fused = fused.cuda()
+    x = torch.randn(8, 64, device="cuda").bfloat16()
+    with torch.inference_mode(), fp8ext.force_kernel("gemv_tc_m32_r16_s8_fast_bf16"):
+        fused(x)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fused(x)
+        for _ in range(3):
+            x.copy_(torch.randn_like(x))
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out, fused(x))

@@ -64,19 +64,23 @@ class Float8Linear(nn.Module):
     def from_linear(cls, linear: nn.Linear, use_fast_accum: bool = True) -> "Float8Linear":
         """A Float8Linear computing ``linear`` on its device: its weight quantized once with quantize_rowwise (per
         output row), its bias kept in its dtype. ``linear`` is left unchanged."""
-        weight = linear.weight
+        return cls._from_weight(linear.weight, linear.bias, use_fast_accum, "from_linear")
+
+    @classmethod
+    def _from_weight(cls, weight: torch.Tensor, bias: Optional[torch.Tensor], use_fast_accum: bool,
+                     caller: str) -> "Float8Linear":
         if weight.dtype not in _FLOAT_DTYPES:
-            raise ValueError(f"fp8ext.Float8Linear.from_linear: weight: expected dtype torch.bfloat16, "
+            raise ValueError(f"fp8ext.Float8Linear.{caller}: weight: expected dtype torch.bfloat16, "
                              f"torch.float16 or torch.float32, got {weight.dtype}")
-        has_bias = linear.bias is not None
-        module = cls(linear.in_features, linear.out_features, bias=has_bias, use_fast_accum=use_fast_accum,
-                     bias_dtype=linear.bias.dtype if has_bias else torch.bfloat16, device=weight.device)
+        out_features, in_features = weight.shape
+        module = cls(in_features, out_features, bias=bias is not None, use_fast_accum=use_fast_accum,
+                     bias_dtype=bias.dtype if bias is not None else torch.bfloat16, device=weight.device)
         with torch.no_grad():
             wq, ws = quantize_rowwise(weight.detach())
             module.weight.copy_(wq)
             module.weight_scale.copy_(ws.view(-1))
-            if has_bias:
-                module.bias.copy_(linear.bias.detach())
+            if bias is not None:
+                module.bias.copy_(bias.detach())
         return module
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -103,15 +107,83 @@ class Float8Linear(nn.Module):
                 f"use_fast_accum={self.use_fast_accum}")
 
 
+# Sibling layers: children of one module that read the same input in the architectures that have them (the
+# attention and MLP of Hugging Face's Llama, Mistral, Qwen2 and Gemma), fused by convert(fuse_siblings=True).
+SIBLING_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+class FusedSiblings:
+    """One Float8Linear over the concatenated weights of sibling layers ([N_0 + N_1 + ..., K]; per-row weight
+    scales make that the same FP8 weight as each layer's own), run once per input: the first sibling called with
+    an input runs it, and each sibling returns its columns of the result as a view.
+
+    The contract (convert's fuse_siblings=True): the siblings are called with the same tensor object, unchanged in
+    between, as the attention and MLP of the models in SIBLING_GROUPS do. A sibling called with another tensor, or
+    with one whose version counter moved (an in-place change; inference tensors have no counter), runs the GEMM
+    again for it. The result is held until every sibling has taken its part, then let go."""
+
+    def __init__(self, fused: Float8Linear, widths: list[int]):
+        self.fused = fused
+        self.bounds, start = [], 0
+        for w in widths:
+            self.bounds.append((start, start + w))
+            start += w
+        self._x = self._out = self._version = None
+        self._left = 0
+
+    @staticmethod
+    def _version_of(x: torch.Tensor):
+        # Inference tensors have no version counter; under torch.compile the trace sees the calls in order.
+        if torch.compiler.is_compiling() or x.is_inference():
+            return None
+        return x._version
+
+    def part(self, x: torch.Tensor, index: int) -> torch.Tensor:
+        if self._x is not x or self._version != self._version_of(x):
+            self._out = self.fused(x)
+            self._x, self._version, self._left = x, self._version_of(x), len(self.bounds)
+        start, stop = self.bounds[index]
+        part = self._out[..., start:stop]
+        self._left -= 1
+        if self._left == 0:
+            self._x = self._out = self._version = None
+        return part
+
+
+class SiblingLinear(nn.Module):
+    """A layer of a FusedSiblings group: ``forward(x)`` is its columns of the group's GEMM on ``x`` (a view of
+    the fused output). The first sibling of a group holds the fused Float8Linear as its submodule ``fused`` (so the
+    weights appear once in the state dict and move with ``.to()``); the others refer to it."""
+
+    def __init__(self, group: FusedSiblings, index: int, owner: bool):
+        super().__init__()
+        self.group, self.index = group, index
+        self.in_features = group.fused.in_features
+        start, stop = group.bounds[index]
+        self.out_features = stop - start
+        if owner:
+            self.fused = group.fused
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.group.part(x, self.index)
+
+    def extra_repr(self) -> str:
+        start, stop = self.group.bounds[self.index]
+        return f"columns {start}:{stop} of a fused [{self.group.fused.out_features}, {self.in_features}] GEMM"
+
+
 @dataclasses.dataclass
 class ConvertReport:
-    """What fp8ext.convert did: ``swapped`` [(name, (N, K))] and ``skipped`` [(name, reason)], in module order."""
+    """What fp8ext.convert did: ``swapped`` [(name, (N, K))] and ``skipped`` [(name, reason)], in module order, and
+    ``fused`` [(names, (N, K))]: the sibling groups run as one GEMM (fuse_siblings=True)."""
 
     swapped: list = dataclasses.field(default_factory=list)
     skipped: list = dataclasses.field(default_factory=list)
+    fused: list = dataclasses.field(default_factory=list)
 
     def __str__(self) -> str:
-        lines = [f"fp8ext.convert: {len(self.swapped)} Linear layers now FP8, {len(self.skipped)} skipped"]
+        lines = [f"fp8ext.convert: {len(self.swapped)} Linear layers now FP8, {len(self.skipped)} skipped"
+                 + (f", {len(self.fused)} sibling groups fused" if self.fused else "")]
         lines += [f"  skipped {name}: {reason}" for name, reason in self.skipped]
         return "\n".join(lines)
 
@@ -131,8 +203,25 @@ def _skip_reason(module: nn.Linear, name: str, filter_fn, skip_lm_head: bool) ->
     return _shape_problem(module.in_features, module.out_features)
 
 
+def _sibling_groups(model: nn.Module, eligible: dict[int, str], uses: dict[int, int]) -> list[tuple[str, list]]:
+    """(parent name, [(child name, Linear), ...]) for each group of SIBLING_GROUPS whose members are all eligible
+    Linears (swapped, used once), with one in_features, one weight dtype and device, and bias on all or none."""
+    groups = []
+    for parent_name, parent in model.named_modules():
+        for names in SIBLING_GROUPS:
+            members = [(n, getattr(parent, n, None)) for n in names]
+            if not all(isinstance(m, nn.Linear) and id(m) in eligible and uses[id(m)] == 1 for _, m in members):
+                continue
+            layers = [m for _, m in members]
+            if (len({m.in_features for m in layers}) == 1 and len({m.weight.dtype for m in layers}) == 1
+                    and len({m.weight.device for m in layers}) == 1
+                    and len({m.bias is None or m.bias.dtype for m in layers}) == 1):
+                groups.append((parent_name, members))
+    return groups
+
+
 def convert(model: nn.Module, filter_fn: Optional[Callable[[nn.Module, str], bool]] = None,
-            skip_lm_head: bool = True, use_fast_accum: bool = True) -> ConvertReport:
+            skip_lm_head: bool = True, use_fast_accum: bool = True, fuse_siblings: bool = False) -> ConvertReport:
     """Replace, in place, every ``nn.Linear`` of ``model`` that fits by a Float8Linear (``from_linear``), and say
     what happened.
 
@@ -141,9 +230,34 @@ def convert(model: nn.Module, filter_fn: Optional[Callable[[nn.Module, str], boo
     (the default: the logits are the most sensitive output of a language model), its name does not end with
     ``lm_head``. A layer reachable under several names (shared) becomes one Float8Linear at all of them. The
     model itself is never replaced (``Float8Linear.from_linear`` converts a bare Linear).
+
+    With ``fuse_siblings=True``, sibling layers that would all be swapped (SIBLING_GROUPS: q/k/v and gate/up
+    children of one module, same in_features, used nowhere else) become one FusedSiblings group: one quantize and
+    one GEMM per input instead of one each, for the models whose siblings read the same, unchanged input (see
+    FusedSiblings). Their weights then live under the first sibling (``q_proj.fused.weight``), so the state dict
+    differs from an unfused conversion's.
     """
     report = ConvertReport()
     converted: dict[int, nn.Module] = {}
+    if fuse_siblings:
+        uses: dict[int, int] = {}
+        eligible: dict[int, str] = {}
+        for name, module in model.named_modules(remove_duplicate=False):
+            uses[id(module)] = uses.get(id(module), 0) + 1
+            if name and isinstance(module, nn.Linear) and _skip_reason(module, name, filter_fn, skip_lm_head) is None:
+                eligible[id(module)] = name
+        for parent_name, members in _sibling_groups(model, eligible, uses):
+            layers = [m for _, m in members]
+            with torch.no_grad():
+                weight = torch.cat([m.weight.detach() for m in layers])
+                bias = None if layers[0].bias is None else torch.cat([m.bias.detach() for m in layers])
+            fused = Float8Linear._from_weight(weight, bias, use_fast_accum, "from_linear")
+            del weight, bias
+            group = FusedSiblings(fused, [m.out_features for m in layers])
+            for index, (_, layer) in enumerate(members):
+                converted[id(layer)] = SiblingLinear(group, index, owner=index == 0)
+            prefix = f"{parent_name}." if parent_name else ""
+            report.fused.append(([prefix + n for n, _ in members], (fused.out_features, fused.in_features)))
     for name, module in list(model.named_modules(remove_duplicate=False)):
         if not isinstance(module, nn.Linear):
             continue

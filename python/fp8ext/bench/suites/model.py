@@ -7,6 +7,9 @@ full vocabulary. Variants of the same weights:
 
     bf16           the model as built
     fp8ext         fp8ext.convert(model): every Linear but lm_head a Float8Linear (quantize_rowwise + scaled_mm)
+    fp8ext_fused   fp8ext.convert(model, fuse_siblings=True): the same, with q/k/v and gate/up each run as one
+                   quantize and one GEMM over their concatenated weights (fp8ext.nn.FusedSiblings); --no-fused
+                   leaves it out
     torch_rowwise  fp8ext's FP8 weights and scales, the activation quantized per token in plain torch ops and the
                    GEMM by torch._scaled_mm row-wise (TorchRowwiseLinear): the peer fp8ext replaces
     torchao        torchao.quantization.quantize_(Float8DynamicActivationFloat8WeightConfig(granularity=PerRow()))
@@ -56,7 +59,8 @@ LLAMA3_VOCAB = 128256
 PREFILL = [(1, 2048), (8, 512)]
 DECODE_BATCHES = [1, 8, 64]
 TOP1_POSITIONS = 512
-VARIANTS = ("bf16", "fp8ext", "torch_rowwise", "torchao")
+VARIANTS = ("bf16", "fp8ext", "fp8ext_fused", "torch_rowwise", "torchao")
+FP8EXT_VARIANTS = ("fp8ext", "fp8ext_fused")  # the summary's fp8ext/bf16 lines
 # Decode only: the converted model with its FP8 layers omitted (linears_omitted), timed beside the variants; its
 # speed-up over bf16 is the ceiling of any FP8 linear layer on this model.
 CEILING = "linears_omitted"
@@ -92,7 +96,8 @@ def torchao_variant(model: nn.Module) -> nn.Module:
     return peer
 
 
-def variants(model: nn.Module, torchao: bool = True) -> tuple[dict[str, nn.Module], dict, dict[str, str]]:
+def variants(model: nn.Module, torchao: bool = True,
+             fused: bool = True) -> tuple[dict[str, nn.Module], dict, dict[str, str]]:
     """The models of the same weights by name (VARIANTS, those that could be built), fp8ext.convert's report as a
     dict, and {name: why} for the variants that could not be built."""
     fp8 = copy.deepcopy(model)
@@ -102,8 +107,14 @@ def variants(model: nn.Module, torchao: bool = True) -> tuple[dict[str, nn.Modul
         if isinstance(module, Float8Linear):
             parent, _, child = name.rpartition(".")
             setattr(peer.get_submodule(parent), child, TorchRowwiseLinear(module))
-    models = {"bf16": model, "fp8ext": fp8, "torch_rowwise": peer}
+    models = {"bf16": model, "fp8ext": fp8}
     errors = {}
+    if fused:
+        models["fp8ext_fused"] = copy.deepcopy(model)
+        fused_groups = len(convert(models["fp8ext_fused"], fuse_siblings=True).fused)
+    else:
+        errors["fp8ext_fused"] = "not requested (--no-fused)"
+    models["torch_rowwise"] = peer
     if torchao:
         built = guarded(lambda: torchao_variant(model))
         if isinstance(built, str):
@@ -112,7 +123,10 @@ def variants(model: nn.Module, torchao: bool = True) -> tuple[dict[str, nn.Modul
             models["torchao"] = built
     else:
         errors["torchao"] = "not requested (--no-torchao)"
-    return models, {"swapped": len(report.swapped), "skipped": [list(s) for s in report.skipped]}, errors
+    converted = {"swapped": len(report.swapped), "skipped": [list(s) for s in report.skipped]}
+    if fused:
+        converted["fused_groups"] = fused_groups
+    return models, converted, errors
 
 
 class _Omitted(nn.Module):
@@ -148,8 +162,9 @@ def tokens_per_s(tokens: int, ms) -> Optional[float]:
 
 
 def speedups(ms: dict) -> dict:
-    """From ms per variant: each variant's speed over bf16 (bf16 time / its time, = its tokens/s over bf16's), and
-    fp8ext's over torch_rowwise and over torchao; only where both times were measured."""
+    """From ms per variant: each variant's speed over bf16 (bf16 time / its time, = its tokens/s over bf16's),
+    fp8ext's over torch_rowwise and over torchao, and fp8ext_fused's over fp8ext; only where both times were
+    measured."""
     def over(slow: str, fast: str):
         return ratio(ms.get(slow), ms.get(fast))
 
@@ -157,6 +172,8 @@ def speedups(ms: dict) -> dict:
     for peer in ("torch_rowwise", "torchao"):
         if over(peer, "fp8ext") is not None:
             out[f"fp8ext_vs_{peer}"] = over(peer, "fp8ext")
+    if over("fp8ext", "fp8ext_fused") is not None:
+        out["fp8ext_fused_vs_fp8ext"] = over("fp8ext", "fp8ext_fused")
     return out
 
 
@@ -341,13 +358,13 @@ def _decode_row(models, batch, ctx, vocab, device, timed, iters, rounds, compile
 def compare(config: str = "8b", layers: int = 2, vocab: int = LLAMA3_VOCAB, device="cuda",
             prefill_shapes=PREFILL, decode_batches=DECODE_BATCHES, ctx: int = 256, timed: bool = True,
             compiled: bool = False, iters: int = 20, rounds: int = 2, torchao: bool = True,
-            compile_variants: Optional[list[str]] = None) -> dict:
+            compile_variants: Optional[list[str]] = None, fused: bool = True) -> dict:
     """One config: accuracy of each variant against bf16 and, with `timed` (a CUDA device), its speed. Every
     prefill shape and decode batch is guarded: its failure is recorded in its row's place. With `compiled`, the
     variants in `compile_variants` (default: all) are also timed under torch.compile: prefill, and the decode step
     replayed as a CUDA graph."""
     model = build_model(config, layers, vocab, device)
-    models, report, variant_errors = variants(model, torchao)
+    models, report, variant_errors = variants(model, torchao, fused)
     under_compile = {}
     if compiled and timed:
         names = [n for n in models if compile_variants is None or n in compile_variants]
@@ -423,8 +440,10 @@ def summarize(results: list[dict]) -> dict:
                     if r.get(extra):
                         out[f"{c} {extra_tag} {shape} fp8ext/bf16 tok/s"] = _value(
                             r[extra]["speedup"]["vs_bf16"].get("fp8ext"))
-                out[f"{c} {tag} {shape} fp8ext/bf16 tok/s"] = _value(
-                    entry.get("speedup", {}).get("vs_bf16", {}).get("fp8ext") if entry else r.get("error"))
+                for name in FP8EXT_VARIANTS:
+                    if name == "fp8ext" or name in (entry.get("ms") or {}):
+                        out[f"{c} {tag} {shape} {name}/bf16 tok/s"] = _value(
+                            entry.get("speedup", {}).get("vs_bf16", {}).get(name) if entry else r.get("error"))
                 if phase == "decode" and CEILING in (entry.get("ms") or {}):
                     out[f"{c} {tag} {shape} ceiling ({CEILING})/bf16 tok/s"] = _value(
                         entry["speedup"]["vs_bf16"].get(CEILING, entry["ms"][CEILING]))
@@ -477,7 +496,8 @@ def plot(rows: list[dict], path: str) -> bool:
 
 def method(args) -> str:
     return (f"transformers LlamaForCausalLM, Llama-3 layer shapes, {args.layers} decoder layers, vocabulary "
-            f"{args.vocab}, random bf16 weights; variants bf16, fp8ext.convert, torch._scaled_mm row-wise on the same "
+            f"{args.vocab}, random bf16 weights; variants bf16, fp8ext.convert, fp8ext.convert(fuse_siblings=True) "
+            f"(unless --no-fused), torch._scaled_mm row-wise on the same "
             f"FP8 weights, torchao Float8DynamicActivationFloat8WeightConfig(PerRow) (lm_head bf16 in all); ms per "
             f"forward: median of {args.iters} CUDA-event timings in {args.model_rounds} interleaved turns after "
             f"warm-up, no L2 flush (a forward's weights far exceed L2); prefill times the last token's logits; "
@@ -500,13 +520,16 @@ def method(args) -> str:
                                            "step (as a CUDA graph) under torch.compile"),
                          "--compile-variants": dict(default="bf16,fp8ext,torchao",
                                                     help="model suite: the variants --compile times (comma-separated)"),
-                         "--no-torchao": dict(action="store_true", help="model suite: leave the torchao variant out")})
+                         "--no-torchao": dict(action="store_true", help="model suite: leave the torchao variant out"),
+                         "--no-fused": dict(action="store_true",
+                                            help="model suite: leave the fp8ext_fused variant out (memory)")})
 def model(args) -> dict:
     results = []
     for config in (c.strip() for c in args.config.split(",")):
         res = guarded(lambda: compare(config, args.layers, args.vocab, "cuda", ctx=args.ctx, compiled=args.compile,
                                       iters=args.iters, rounds=args.model_rounds, torchao=not args.no_torchao,
-                                      compile_variants=[v.strip() for v in args.compile_variants.split(",")]))
+                                      compile_variants=[v.strip() for v in args.compile_variants.split(",")],
+                                      fused=not args.no_fused))
         results.append(res if isinstance(res, dict) else {"config": config, "error": res})
         _free("cuda")
         if not args.quiet:
