@@ -334,6 +334,11 @@ def test_fuse_siblings_computes_what_the_plain_conversion_does(bias):
     assert fused.attn.q_proj.group._out is None  # let go once every sibling has taken its part
     with torch.no_grad():
         torch.testing.assert_close(fused(x).float(), plain(x).float(), rtol=1e-2, atol=1e-2)
+    # Past MAX_FUSED_ROWS each sibling runs on its own rows of the fused weight: the plain layers' very ops.
+    big = torch.randn(fp8ext.nn.FusedSiblings.MAX_FUSED_ROWS + 1, 64).bfloat16()
+    with torch.inference_mode():
+        assert torch.equal(fused(big), plain(big))
+    assert fused.attn.q_proj.group._out is None
 
 
 def test_a_sibling_with_another_or_a_changed_input_computes_its_own():

@@ -24,6 +24,20 @@ _SCALED_MM = torch.ops.fp8ext.scaled_mm.default  # fp8ext.scaled_mm
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
+def _fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias: Optional[torch.Tensor],
+                use_fast_accum: bool) -> torch.Tensor:
+    """Float8Linear's forward on (a view of) its parameters: x quantized per token, then scaled_mm, bias fused."""
+    K = weight.shape[1]
+    # quantize_rowwise takes 2-D and 3-D inputs with any leading strides; other ranks are flattened first. The
+    # ops' overloads are called directly (not the Python wrappers, not the overload packets): an eager prefill of
+    # a small model is bound by the host's time per layer.
+    xq, xs = _QUANTIZE(x if x.dim() in (2, 3) else x.reshape(-1, K), E4M3, None)
+    if bias is not None and bias.dtype != x.dtype:
+        bias = bias.to(x.dtype)  # scaled_mm's bias has the output's dtype
+    out = _SCALED_MM(xq.view(-1, K), weight.t(), xs.view(-1, 1), weight_scale, bias, x.dtype, use_fast_accum)
+    return out.view(*x.shape[:-1], weight.shape[0])
+
+
 def _shape_problem(in_features: int, out_features: int) -> Optional[str]:
     """Why fp8ext.scaled_mm cannot take this layer's shape, or None."""
     if in_features % 16 or in_features == 0:
@@ -90,17 +104,7 @@ class Float8Linear(nn.Module):
         if x.shape[-1] != self.in_features:
             raise ValueError(f"fp8ext.Float8Linear: x: expected the last dimension to be in_features = "
                              f"{self.in_features}, got shape {tuple(x.shape)}")
-        lead = x.shape[:-1]
-        # quantize_rowwise takes 2-D and 3-D inputs with any leading strides; other ranks are flattened first.
-        # The ops' overloads are called directly (not the Python wrappers, not the overload packets): an eager
-        # prefill of a small model is bound by the host's time per layer.
-        xq, xs = _QUANTIZE(x if x.dim() in (2, 3) else x.reshape(-1, self.in_features), E4M3, None)
-        bias = self.bias
-        if bias is not None and bias.dtype != x.dtype:
-            bias = bias.to(x.dtype)  # scaled_mm's bias has the output's dtype
-        out = _SCALED_MM(xq.view(-1, self.in_features), self.weight.t(), xs.view(-1, 1), self.weight_scale, bias,
-                         x.dtype, self.use_fast_accum)
-        return out.view(*lead, self.out_features)
+        return _fp8_linear(x, self.weight, self.weight_scale, self.bias, self.use_fast_accum)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
@@ -115,12 +119,17 @@ SIBLING_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 class FusedSiblings:
     """One Float8Linear over the concatenated weights of sibling layers ([N_0 + N_1 + ..., K]; per-row weight
     scales make that the same FP8 weight as each layer's own), run once per input: the first sibling called with
-    an input runs it, and each sibling returns its columns of the result as a view.
+    an input runs it, and each sibling returns its columns of the result as a view. Inputs of more than
+    MAX_FUSED_ROWS rows (prefill) run each sibling on its own rows of the fused weight instead: there the launches
+    saved are a small part of the time, and the strided views slowed the model's next ops (measured, 8B and 70B
+    prefill: 2-4% slower fused, while decode at 1 to 64 rows was 2-9% faster; docs/model_path.md).
 
     The contract (convert's fuse_siblings=True): the siblings are called with the same tensor object, unchanged in
     between, as the attention and MLP of the models in SIBLING_GROUPS do. A sibling called with another tensor, or
     with one whose version counter moved (an in-place change; inference tensors have no counter), runs the GEMM
     again for it. The result is held until every sibling has taken its part, then let go."""
+
+    MAX_FUSED_ROWS = 256  # between the decode batches measured faster fused (<= 64) and the prefills slower (>= 2048)
 
     def __init__(self, fused: Float8Linear, widths: list[int]):
         self.fused = fused
@@ -138,7 +147,16 @@ class FusedSiblings:
             return None
         return x._version
 
+    def _own(self, x: torch.Tensor, index: int) -> torch.Tensor:
+        """Sibling `index` alone: Float8Linear's forward on its rows of the fused weight (views, no copy)."""
+        f = self.fused
+        start, stop = self.bounds[index]
+        return _fp8_linear(x, f.weight[start:stop], f.weight_scale[start:stop],
+                           None if f.bias is None else f.bias[start:stop], f.use_fast_accum)
+
     def part(self, x: torch.Tensor, index: int) -> torch.Tensor:
+        if x.numel() > self.MAX_FUSED_ROWS * x.shape[-1]:
+            return self._own(x, index)
         if self._x is not x or self._version != self._version_of(x):
             self._out = self.fused(x)
             self._x, self._version, self._left = x, self._version_of(x), len(self.bounds)
