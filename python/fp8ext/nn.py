@@ -78,13 +78,12 @@ class Float8Linear(nn.Module):
     def from_linear(cls, linear: nn.Linear, use_fast_accum: bool = True) -> "Float8Linear":
         """A Float8Linear computing ``linear`` on its device: its weight quantized once with quantize_rowwise (per
         output row), its bias kept in its dtype. ``linear`` is left unchanged."""
-        return cls._from_weight(linear.weight, linear.bias, use_fast_accum, "from_linear")
+        return cls._from_weight(linear.weight, linear.bias, use_fast_accum)
 
     @classmethod
-    def _from_weight(cls, weight: torch.Tensor, bias: Optional[torch.Tensor], use_fast_accum: bool,
-                     caller: str) -> "Float8Linear":
+    def _from_weight(cls, weight: torch.Tensor, bias: Optional[torch.Tensor], use_fast_accum: bool) -> "Float8Linear":
         if weight.dtype not in _FLOAT_DTYPES:
-            raise ValueError(f"fp8ext.Float8Linear.{caller}: weight: expected dtype torch.bfloat16, "
+            raise ValueError(f"fp8ext.Float8Linear.from_linear: weight: expected dtype torch.bfloat16, "
                              f"torch.float16 or torch.float32, got {weight.dtype}")
         out_features, in_features = weight.shape
         module = cls(in_features, out_features, bias=bias is not None, use_fast_accum=use_fast_accum,
@@ -157,9 +156,10 @@ class FusedSiblings:
     def part(self, x: torch.Tensor, index: int) -> torch.Tensor:
         if x.numel() > self.MAX_FUSED_ROWS * x.shape[-1]:
             return self._own(x, index)
-        if self._x is not x or self._version != self._version_of(x):
+        version = self._version_of(x)
+        if self._x is not x or self._version != version:
             self._out = self.fused(x)
-            self._x, self._version, self._left = x, self._version_of(x), len(self.bounds)
+            self._x, self._version, self._left = x, version, len(self.bounds)
         start, stop = self.bounds[index]
         part = self._out[..., start:stop]
         self._left -= 1
@@ -221,7 +221,7 @@ def _skip_reason(module: nn.Linear, name: str, filter_fn, skip_lm_head: bool) ->
     return _shape_problem(module.in_features, module.out_features)
 
 
-def _sibling_groups(model: nn.Module, eligible: dict[int, str], uses: dict[int, int]) -> list[tuple[str, list]]:
+def _sibling_groups(model: nn.Module, eligible: set[int], uses: dict[int, int]) -> list[tuple[str, list]]:
     """(parent name, [(child name, Linear), ...]) for each group of SIBLING_GROUPS whose members are all eligible
     Linears (swapped, used once), with one in_features, one weight dtype and device, and bias on all or none."""
     groups = []
@@ -259,17 +259,17 @@ def convert(model: nn.Module, filter_fn: Optional[Callable[[nn.Module, str], boo
     converted: dict[int, nn.Module] = {}
     if fuse_siblings:
         uses: dict[int, int] = {}
-        eligible: dict[int, str] = {}
+        eligible: set[int] = set()
         for name, module in model.named_modules(remove_duplicate=False):
             uses[id(module)] = uses.get(id(module), 0) + 1
             if name and isinstance(module, nn.Linear) and _skip_reason(module, name, filter_fn, skip_lm_head) is None:
-                eligible[id(module)] = name
+                eligible.add(id(module))
         for parent_name, members in _sibling_groups(model, eligible, uses):
             layers = [m for _, m in members]
             with torch.no_grad():
                 weight = torch.cat([m.weight.detach() for m in layers])
                 bias = None if layers[0].bias is None else torch.cat([m.bias.detach() for m in layers])
-            fused = Float8Linear._from_weight(weight, bias, use_fast_accum, "from_linear")
+            fused = Float8Linear._from_weight(weight, bias, use_fast_accum)
             del weight, bias
             group = FusedSiblings(fused, [m.out_features for m in layers])
             for index, (_, layer) in enumerate(members):
