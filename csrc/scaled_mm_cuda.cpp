@@ -604,8 +604,7 @@ std::string selected_kernel(int64_t M, int64_t N, int64_t K, ScalarType out_dtyp
 }
 
 // The cost model's ranking of every built kernel that computes the call, fastest predicted first, as
-// "name@options predicted_us tile_ratio calibrated line_us correction" lines (cost_model.h: predicted_us =
-// line_us * exp(correction)); the last line is torch's row-wise estimate.
+// "name@options predicted_us tile_ratio calibrated" lines; the last line is torch's row-wise estimate.
 // The SM count of the current device, or an H200's 132 without a GPU.
 int sm_count() { return cuda_available() ? device_properties(current_device()).multiProcessorCount : 132; }
 
@@ -616,13 +615,11 @@ std::vector<std::string> rank_kernels(int64_t M, int64_t N, int64_t K, ScalarTyp
   std::vector<std::string> lines;
   for (const sm90::RankedKernel& r : sm90::rank_kernels(key, sms, /*allow_workspace=*/!capturing)) {
     lines.push_back(sm90::choice_name(r.choice) + " " + num(r.estimate.us) + " " + num(r.estimate.tile_ratio()) +
-                    " " + (r.estimate.calibrated ? "1" : "0") + " " + num(r.estimate.line_us) + " " +
-                    num(r.estimate.correction));
+                    " " + (r.estimate.calibrated ? "1" : "0"));
   }
-  const sm90::Estimate t =
+  const double torch_us =
       sm90::torch_rowwise_estimate({M, N, K, out_dtype == ScalarType::Float ? 4 : 2, sms}, key.accum);
-  lines.push_back("torch._scaled_mm " + num(t.us) + " 1 " + (t.us > 0 ? "1" : "0") + " " + num(t.line_us) + " " +
-                  num(t.correction));
+  lines.push_back("torch._scaled_mm " + num(torch_us) + " 1 " + (torch_us > 0 ? "1" : "0"));
   return lines;
 }
 

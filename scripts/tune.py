@@ -12,10 +12,8 @@ kernel (fp8ext's _cost_terms), so that the fit needs no GPU and no build.
 Anywhere (numpy and scipy):
     python scripts/tune.py --fit bench/tuning/<calibration>.json [more.json ...] --write
 fits c0..c3 of every kernel with enough rows (and of torch's row-wise path) by non-negative least squares on the
-relative error of predicted against measured time, and writes csrc/sm90/cost_model_coeffs.inc and each one's
-residuals on those rows, ln(measured / formula), to csrc/sm90/cost_model_residuals.inc (the dispatch's local
-correction, residual_correction.h); --report prints, per weight left out of the fit in turn, how far the model's
-pick is from the fastest measured kernel (leave-one-weight-out), with and without the correction.
+relative error of predicted against measured time, and writes csrc/sm90/cost_model_coeffs.inc; --report prints, per weight left out of
+the fit in turn, how far the model's pick is from the fastest measured kernel (leave-one-weight-out).
 
 Only the zoo's tuning part and the llama grid are ever measured here: the held-out part is the benchmark's
 (python -m fp8ext.bench --suite zoo), and tests/test_zoo.py checks that no fitted row is held out.
@@ -33,15 +31,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 COEFFS = ROOT / "csrc" / "sm90" / "cost_model_coeffs.inc"
-RESIDUALS = ROOT / "csrc" / "sm90" / "cost_model_residuals.inc"
 if importlib.util.find_spec("fp8ext") is None:  # run from a source tree without an installed fp8ext
     sys.path.append(str(ROOT / "python"))
 
 TORCH = "torch._scaled_mm"
 MIN_ROWS = 6  # a kernel measured on fewer rows keeps its twin's or the default coefficients
-RESIDUAL_PRIOR = 0.05  # residual_correction.h kResidualPrior
-RESIDUAL_REACH = 7.0  # residual_correction.h kResidualReach, octaves
-KERNEL_ADVANTAGE = 0.10  # dispatch.h kKernelAdvantage
 PREFILTER = 4.0  # only kernels the model predicts within this factor of its best are timed
 SLOW_CUTOFF = 3.0  # a candidate slower than this times the row's fastest first sample is timed no further
 
@@ -199,51 +193,18 @@ def _fit_one(points: list[tuple[list[float], float]]) -> list[float]:
 
 
 def points_by_kernel(rows: list[dict]) -> dict[str, list]:
-    """{kernel name (no options): [(terms, measured us, (M, N, K)), ...]} plus torch_rowwise_fast /
-    torch_rowwise_precise."""
+    """{kernel name (no options): [(terms, measured us), ...]} plus torch_rowwise_fast / torch_rowwise_precise."""
     pts: dict[str, list] = {}
     for r in rows:
-        shape = (r["M"], r["N"], r["K"])
         for choice, us in r["times"].items():
-            pts.setdefault(choice.split("@")[0], []).append((r["terms"][choice], us, shape))
+            pts.setdefault(choice.split("@")[0], []).append((r["terms"][choice], us))
         for accum in ("fast", "precise"):
-            pts.setdefault(f"torch_rowwise_{accum}", []).append((r["torch_terms"], r["torch_rowwise_us"][accum],
-                                                                  shape))
+            pts.setdefault(f"torch_rowwise_{accum}", []).append((r["torch_terms"], r["torch_rowwise_us"][accum]))
     return pts
 
 
 def fit(rows: list[dict]) -> dict[str, list[float]]:
     return {name: _fit_one(p) for name, p in sorted(points_by_kernel(rows).items()) if len(p) >= MIN_ROWS}
-
-
-Residual = tuple[float, float, float, float]  # log2 M, log2 N, log2 K, ln(measured / formula)
-
-
-def residuals(rows: list[dict], coeffs: dict[str, list[float]]) -> dict[str, list[Residual]]:
-    """Each fitted kernel's (and torch's) deviation from its formula on the rows it was measured on."""
-    out = {}
-    for name, pts in sorted(points_by_kernel(rows).items()):
-        if name in coeffs:
-            out[name] = [(math.log2(M), math.log2(N), math.log2(K), math.log(us / predict(coeffs[name], terms)))
-                         for terms, us, (M, N, K) in pts]
-    return out
-
-
-def correction(res: list[Residual], M: int, N: int, K: int) -> float:
-    """c of residual_correction.h: the residuals' Gaussian-weighted mean around (M, N, K) in octaves, shrunk by
-    the prior; rows beyond the reach skipped."""
-    if not res:
-        return 0.0
-    lm, ln, lk = math.log2(M), math.log2(N), math.log2(K)
-    weights = weighted = 0.0
-    for m, n, k, r in res:
-        d2 = (lm - m) ** 2 + (ln - n) ** 2 + (lk - k) ** 2
-        if d2 > RESIDUAL_REACH ** 2:
-            continue
-        w = math.exp(-0.5 * d2)
-        weights += w
-        weighted += w * r
-    return weighted / (weights + RESIDUAL_PRIOR)
 
 
 def load_rows(paths: list[Path]) -> list[dict]:
@@ -260,11 +221,9 @@ def load_rows(paths: list[Path]) -> list[dict]:
     return rows
 
 
-def model_pick(coeffs: dict, row: dict, fast: bool, twin_of, res: dict | None = None) -> tuple[str, float] | None:
-    """What cost_model.cpp would pick among the row's measured kernels, and its predicted time (precise calls:
-    precise kernels only; tile ratio over 1.10 last; a kernel without coefficients: its twin's, else skipped
-    here; with `res`, each prediction times exp(its residual correction), the twin's residuals with its
-    coefficients)."""
+def model_pick(coeffs: dict, row: dict, fast: bool, twin_of) -> str | None:
+    """What cost_model.cpp would pick among the row's measured kernels (precise calls: precise kernels only;
+    tile ratio over 1.10 last; a kernel without coefficients: its twin's, else skipped here)."""
     from fp8ext.ops import kernel_traits
 
     best, key_best = None, None
@@ -272,76 +231,59 @@ def model_pick(coeffs: dict, row: dict, fast: bool, twin_of, res: dict | None = 
         name = choice.split("@")[0]
         if not fast and kernel_traits(name)["accum"] != "precise":
             continue
-        source = name if name in coeffs else twin_of(name)
-        if source not in coeffs:
+        c = coeffs.get(name) or coeffs.get(twin_of(name) or "")
+        if c is None:
             continue
-        us = predict(coeffs[source], terms)
-        if res is not None:
-            us *= math.exp(correction(res.get(source, []), row["M"], row["N"], row["K"]))
-        key = (terms[4] / max(terms[3], 1) > 1.10, us)
+        key = (terms[4] / max(terms[3], 1) > 1.10, predict(c, terms))
         if key_best is None or key < key_best:
             best, key_best = choice, key
-    return None if best is None else (best, key_best[1])
+    return best
 
 
 def report(rows: list[dict]) -> dict:
-    """Leave-one-weight-out: for each weight, fit without its rows and score the model's picks on them, by the
-    formula alone ("lines") and with the residual correction ("corrected"); per M group: pick / fastest measured
-    kernel and torch / pick, and the backstop's score (the default path against torch) for several advantages."""
+    """Leave-one-weight-out: for each weight, fit without its rows and score the model's picks on them."""
     from fp8ext.ops import kernel_traits
 
-    twin_of = lambda n: kernel_traits(n)["twin"]  # noqa: E731
-    groups = (("M<=128", lambda m: m <= 128), ("128<M<1024", lambda m: 128 < m < 1024),
-              ("M>=1024", lambda m: m >= 1024), ("all", lambda m: True))
+    weights = sorted({r["weight"] for r in rows})
+    regrets = {True: [], False: []}
+    vs_torch = {True: [], False: []}
+    backstop_rows = []  # (fast, measured pick, predicted pick, measured torch, predicted torch)
+    for w in weights:
+        coeffs = fit([r for r in rows if r["weight"] != w])
+        for r in (r for r in rows if r["weight"] == w):
+            for fast in (True, False):
+                mine = {c: t for c, t in r["times"].items()
+                        if fast or kernel_traits(c)["accum"] == "precise"}
+                if not mine:
+                    continue
+                pick = model_pick(coeffs, r, fast, lambda n: kernel_traits(n)["twin"])
+                if pick is None:
+                    continue
+                best = min(mine.values())
+                regrets[fast].append(mine[pick] / best)
+                accum = "fast" if fast else "precise"
+                vs_torch[fast].append(r["torch_rowwise_us"][accum] / mine[pick])
+                name = pick.split("@")[0]
+                c, tc = coeffs.get(name) or coeffs[kernel_traits(name)["twin"]], coeffs.get(f"torch_rowwise_{accum}")
+                if tc is not None:
+                    backstop_rows.append((fast, mine[pick], predict(c, r["terms"][pick]), r["torch_rowwise_us"][accum],
+                                          predict(tc, r["torch_terms"])))
     out = {}
-    for mode in ("lines", "corrected"):
-        regrets, vs_torch = {}, {}
-        backstop_rows = []  # (fast, measured pick, predicted pick, measured torch, predicted torch)
-        for w in sorted({r["weight"] for r in rows}):
-            rest = [r for r in rows if r["weight"] != w]
-            coeffs = fit(rest)
-            res = residuals(rest, coeffs) if mode == "corrected" else None
-            for r in (r for r in rows if r["weight"] == w):
-                for fast in (True, False):
-                    mine = {c: t for c, t in r["times"].items() if fast or kernel_traits(c)["accum"] == "precise"}
-                    picked = model_pick(coeffs, r, fast, twin_of, res) if mine else None
-                    if picked is None:
-                        continue
-                    pick, pick_pred = picked
-                    accum = "fast" if fast else "precise"
-                    key = (accum, r["M"])
-                    regrets.setdefault(key, []).append(mine[pick] / min(mine.values()))
-                    vs_torch.setdefault(key, []).append(r["torch_rowwise_us"][accum] / mine[pick])
-                    tc = coeffs.get(f"torch_rowwise_{accum}")
-                    if tc is not None:
-                        torch_pred = predict(tc, r["torch_terms"])
-                        if res is not None:
-                            torch_pred *= math.exp(correction(res.get(f"torch_rowwise_{accum}", []),
-                                                              r["M"], r["N"], r["K"]))
-                        backstop_rows.append((fast, mine[pick], pick_pred, r["torch_rowwise_us"][accum], torch_pred))
-        entry = {}
-        for accum in ("fast", "precise"):
-            for gname, pred in groups:
-                xs = [x for (a, m), v in regrets.items() if a == accum and pred(m) for x in v]
-                ts = [x for (a, m), v in vs_torch.items() if a == accum and pred(m) for x in v]
-                if xs:
-                    entry[f"{accum} {gname}"] = {"rows": len(xs), "geomean pick/best": _geomean(xs),
-                                                 "within 3%": sum(x <= 1.03 for x in xs) / len(xs),
-                                                 "worst": max(xs), "geomean torch/pick": _geomean(ts)}
-        entry["backstop"] = score_backstop(backstop_rows)
-        out[mode] = entry
+    for fast in (True, False):
+        tag = "fast" if fast else "precise"
+        xs = regrets[fast]
+        out[tag] = {"rows": len(xs), "geomean pick/best": math.exp(sum(map(math.log, xs)) / len(xs)),
+                    "within 3%": sum(x <= 1.03 for x in xs) / len(xs), "worst": max(xs),
+                    "geomean torch/pick": math.exp(sum(map(math.log, vs_torch[fast])) / len(xs))}
+    out["backstop"] = score_backstop(backstop_rows)
     return out
-
-
-def _geomean(xs: list[float]) -> float:
-    return math.exp(sum(map(math.log, xs)) / len(xs))
 
 
 def score_backstop(rows: list[tuple]) -> dict:
     """The default path (dispatch.h: the model's pick where it is predicted at least `advantage` faster than torch,
     else torch row-wise) for a few advantages: geomean torch / default and the calls below 0.97x of torch."""
     out = {}
-    for advantage in (-0.03, 0.0, 0.03, 0.06, 0.10, 0.15):
+    for advantage in (-0.03, 0.0, 0.03, 0.06, 0.10):
         for fast in (True, False):
             ratios = [torch_us / (torch_us if pick_pred > torch_pred * (1 - advantage) else pick_us)
                       for f, pick_us, pick_pred, torch_us, torch_pred in rows if f == fast]
@@ -352,53 +294,15 @@ def score_backstop(rows: list[tuple]) -> dict:
     return out
 
 
-def _source_names(sources: list[Path]) -> str:
-    return " + ".join(str(p.resolve().relative_to(ROOT)) if p.resolve().is_relative_to(ROOT) else p.name
-                      for p in sources)
-
-
 def write_coefficients(coeffs: dict[str, list[float]], sources: list[Path]) -> None:
-    lines = [f"// Generated by scripts/tune.py --fit {_source_names(sources)} --write: c0..c3 of the cost model",
+    names = " + ".join(str(p.resolve().relative_to(ROOT)) if p.resolve().is_relative_to(ROOT) else p.name
+                       for p in sources)
+    lines = [f"// Generated by scripts/tune.py --fit {names} --write: c0..c3 of the cost model",
              "// (cost_model.h), fitted on the zoo's tuning part and the llama grid. {name, {c0, c1, c2, c3}}"]
     for name, c in sorted(coeffs.items()):
         lines.append(f'{{"{name}", {{{c[0]:.6g}, {c[1]:.6g}, {c[2]:.6g}, {c[3]:.6g}}}}},')
     COEFFS.write_text("\n".join(lines) + "\n")
     print(f"wrote {COEFFS}: {len(coeffs)} rows")
-
-
-def write_residuals(res: dict[str, list[Residual]], sources: list[Path]) -> None:
-    """csrc/sm90/cost_model_residuals.inc: one Residual table per fitted kernel (and torch's two paths), then
-    kResidualTables naming them, as cost_model.cpp reads them."""
-    lines = [f"// Generated by scripts/tune.py --fit {_source_names(sources)} --write:",
-             "// each fitted kernel's residuals on the rows it was measured on, {log2 M, log2 N, log2 K,",
-             "// ln(measured / formula)}, for the cost model's local correction (residual_correction.h)."]
-    names = sorted(res)
-    for i, name in enumerate(names):
-        lines.append(f"constexpr Residual kResiduals{i}[] = {{  // {name}")
-        lines += [f"    {{{m:.4f}f, {n:.4f}f, {k:.4f}f, {r:.4f}f}}," for m, n, k, r in res[name]]
-        lines.append("};")
-    lines.append("constexpr ResidualTable kResidualTables[] = {")
-    lines += [f'    {{"{name}", kResiduals{i}}},' for i, name in enumerate(names)]
-    lines.append("};")
-    RESIDUALS.write_text("\n".join(lines) + "\n")
-    print(f"wrote {RESIDUALS}: {sum(map(len, res.values()))} residuals of {len(res)} kernels")
-
-
-def read_residuals(path: Path = RESIDUALS) -> dict[str, list[Residual]]:
-    """The residual tables of cost_model_residuals.inc, by kernel name (the inverse of write_residuals)."""
-    tables, names, current = {}, {}, None
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line.startswith("constexpr Residual kResiduals"):
-            current = tables.setdefault(line.split()[2].split("[")[0], [])
-        elif line.startswith("{") and line.endswith("},") and current is not None and "f," in line:
-            current.append(tuple(float(v.strip(" f")) for v in line[1:-2].split(",")))
-        elif line.startswith('{"'):
-            name, table = line[1:-2].split(", ")
-            names[name.strip('"')] = table
-        elif line == "};":
-            current = None
-    return {name: tables[table] for name, table in names.items()}
 
 
 def coefficient_sources(path: Path = COEFFS) -> list[str]:
@@ -433,9 +337,7 @@ def main() -> int:
         if args.report:
             print(json.dumps(report(rows), indent=1))
         if args.write:
-            coeffs = fit(rows)
-            write_coefficients(coeffs, args.fit)
-            write_residuals(residuals(rows, coeffs), args.fit)
+            write_coefficients(fit(rows), args.fit)
         return 0
     p.print_help()
     return 1

@@ -2,13 +2,9 @@
 #include "sm90/cost_model.h"
 
 #include <algorithm>
-#include <cmath>
 #include <map>
-#include <span>
-#include <string>
 #include <vector>
-
-#include "sm90/residual_correction.h"
+#include <string>
 
 namespace fp8ext::sm90 {
 namespace {
@@ -22,20 +18,6 @@ const CoefficientRow kFitted[] = {
 #include "sm90/cost_model_coeffs.inc"
     {nullptr, {0, 0, 0, 0}},  // end marker: keeps the array non-empty
 };
-
-// Each fitted kernel's residuals on its tuning rows (residual_correction.h), written by the same fit.
-struct ResidualTable {
-  const char* name;
-  std::span<const Residual> residuals;
-};
-#include "sm90/cost_model_residuals.inc"
-
-std::span<const Residual> residuals_of(const std::string& name) {
-  for (const auto& t : kResidualTables) {
-    if (name == t.name) return t.residuals;
-  }
-  return {};
-}
 
 const std::map<std::string, Coefficients>& fitted() {
   static const std::map<std::string, Coefficients> m = [] {
@@ -103,22 +85,17 @@ bool same_tile_family(const KernelTraits& o, const KernelTraits& t) {
          o.promotion_interval == t.promotion_interval && o.overlap == t.overlap;
 }
 
-// The kernel's own fitted coefficients and residuals, else its twin's (the bf16 kernel with e4m3 activations of
-// the same tile, cluster, schedule and accumulation: the manifest's `twin`), else none. Resolved once per
-// registered kernel (the registry is complete before the first call), so a call costs an index, not a name search.
-struct Calibration {
-  const Coefficients* c = nullptr;
-  std::span<const Residual> residuals;
-};
-
-const Calibration& calibration(const KernelEntry& kernel) {
-  static const std::vector<Calibration> resolved = [] {
+// The kernel's own fitted coefficients, else its twin's (the bf16 kernel with e4m3 activations of the same tile,
+// cluster, schedule and accumulation: the manifest's `twin`), else none. Resolved once per registered kernel
+// (the registry is complete before the first call), so a call costs an index, not a name search.
+const Coefficients* calibration(const KernelEntry& kernel) {
+  static const std::vector<const Coefficients*> resolved = [] {
     const auto& m = fitted();
     const auto& kernels = all_kernels();
-    std::vector<Calibration> out(kernels.size());
+    std::vector<const Coefficients*> out(kernels.size(), nullptr);
     for (size_t i = 0; i < kernels.size(); ++i) {
       if (auto it = m.find(kernels[i].name); it != m.end()) {
-        out[i] = {&it->second, residuals_of(it->first)};
+        out[i] = &it->second;
         continue;
       }
       for (const auto& other : kernels) {
@@ -126,17 +103,16 @@ const Calibration& calibration(const KernelEntry& kernel) {
         if (o.out != OutType::kBF16 || o.in_a != InType::kE4M3 || o.any_in_a) continue;
         if (!same_tile_family(o, kernels[i].traits)) continue;
         if (auto it = m.find(other.name); it != m.end()) {
-          out[i] = {&it->second, residuals_of(it->first)};
+          out[i] = &it->second;
           break;
         }
       }
     }
     return out;
   }();
-  static const Calibration none;
   const auto& kernels = all_kernels();
   const size_t i = static_cast<size_t>(&kernel - kernels.data());
-  return i < resolved.size() ? resolved[i] : none;
+  return i < resolved.size() ? resolved[i] : nullptr;
 }
 
 double predict(const Coefficients& c, const CostTerms& f) { return c.c0 + c.c1 * f.f1 + c.c2 * f.f2 + c.c3 * f.f3; }
@@ -215,34 +191,21 @@ CostTerms cost_terms(const KernelTraits& t, const CostProblem& p, const Schedule
 Estimate estimate(const KernelEntry& kernel, const CostProblem& p) {
   const KernelTraits& t = kernel.traits;
   Estimate e;
-  const Calibration& fit = calibration(kernel);
-  e.calibrated = fit.c != nullptr;
+  const Coefficients* fit = calibration(kernel);
+  e.calibrated = fit != nullptr;
   e.sched = scheduler_options(t, p);
   const CostTerms f = cost_terms(t, p, e.sched);
   e.tiles_needed = f.tiles_needed;
   e.tiles_computed = f.tiles_computed;
-  e.line_us = predict(fit.c != nullptr ? *fit.c : default_coefficients(t), f);
-  e.correction = residual_correction(fit.residuals, p.M, p.N, p.K);
-  e.us = e.line_us * std::exp(e.correction);
+  e.us = predict(fit != nullptr ? *fit : default_coefficients(t), f);
   return e;
 }
 
-Estimate torch_rowwise_estimate(const CostProblem& p, Accum accum) {
-  static const std::string names[2] = {"torch_rowwise_fast", "torch_rowwise_precise"};
-  const std::string& name = names[accum == Accum::kFast ? 0 : 1];
-  Estimate e;
+double torch_rowwise_estimate(const CostProblem& p, Accum accum) {
   const auto& m = fitted();
-  const auto it = m.find(name);
-  if (it == m.end()) {
-    e.us = e.line_us = -1.0;
-    return e;
-  }
-  static const std::span<const Residual> residuals[2] = {residuals_of(names[0]), residuals_of(names[1])};
-  e.calibrated = true;
-  e.line_us = predict(it->second, cost_terms(torch_rowwise_traits(), p, SchedulerOptions{Raster::kHeuristic, 1}));
-  e.correction = residual_correction(residuals[accum == Accum::kFast ? 0 : 1], p.M, p.N, p.K);
-  e.us = e.line_us * std::exp(e.correction);
-  return e;
+  const auto it = m.find(accum == Accum::kFast ? "torch_rowwise_fast" : "torch_rowwise_precise");
+  if (it == m.end()) return -1.0;
+  return predict(it->second, cost_terms(torch_rowwise_traits(), p, SchedulerOptions{Raster::kHeuristic, 1}));
 }
 
 KernelTraits torch_rowwise_traits() {

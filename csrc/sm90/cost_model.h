@@ -22,20 +22,9 @@
 //         once; the decode kernels read the weight and the activations once
 //
 // with c0..c3 fitted per kernel on measured times of the tuning shapes (scripts/tune.py --fit writes
-// cost_model_coeffs.inc; bench/tuning/ keeps the measurements). The formula is one smooth surface per kernel and
-// misses where regimes change (the decode kernels' wave quantization, a tile's last-wave occupancy), so the
-// prediction is
-//
-//     us = t * exp(c)
-//
-// with c the local correction of residual_correction.h: the Gaussian-weighted mean of the kernel's residuals
-// ln(measured / t) on the tuning rows around the call (cost_model_residuals.inc, written by the same fit). Left
-// out one weight at a time, the correction takes the pick from 1.056x to 1.039x the fastest measured kernel's time
-// (fast accumulation, geomean over the 313 tuning rows) and from 1.078x to 1.052x at M <= 128.
-//
-// A kernel without coefficients borrows its twin's coefficients and residuals (the bf16 kernel of the same tile,
-// manifest trait `twin`) or falls back to physical defaults (datasheet-level rates, no correction), so that every
-// build ranks every kernel. torch._scaled_mm's row-wise path is modelled the same way as a
+// cost_model_coeffs.inc; bench/tuning/ keeps the measurements). A kernel without coefficients borrows its twin's
+// (the bf16 kernel of the same tile, manifest trait `twin`) or falls back to physical defaults (datasheet-level
+// rates), so that every build ranks every kernel. torch._scaled_mm's row-wise path is modelled the same way as a
 // 128x128 tile with its own fitted coefficients, so that dispatch can tell where torch is predicted to be faster.
 #pragma once
 
@@ -62,9 +51,7 @@ struct CostProblem {
 
 struct Estimate {
   SchedulerOptions sched;  // what the call should pass to the kernel
-  double us = 0;           // predicted time: line_us * exp(correction)
-  double line_us = 0;      // the formula's time, t above
-  double correction = 0;   // c above
+  double us = 0;           // predicted time
   int64_t tiles_needed = 0, tiles_computed = 0;
   double tile_ratio() const { return tiles_needed > 0 ? double(tiles_computed) / double(tiles_needed) : 1.0; }
   bool calibrated = false;  // the kernel (or its twin) has fitted coefficients
@@ -87,9 +74,9 @@ KernelTraits torch_rowwise_traits();
 // The model's estimate for this kernel (its own coefficients, its twin's, or the defaults).
 Estimate estimate(const KernelEntry& kernel, const CostProblem& p);
 
-// torch._scaled_mm row-wise on the same problem (bf16 output), corrected like a kernel's; us negative when the
-// model has no calibration for it (then dispatch never prefers torch).
-Estimate torch_rowwise_estimate(const CostProblem& p, Accum accum);
+// torch._scaled_mm row-wise on the same problem (bf16 output); negative when the model has no calibration for
+// it (then dispatch never prefers torch).
+double torch_rowwise_estimate(const CostProblem& p, Accum accum);
 
 // The calibration rows compiled in (name, c0..c3), for introspection and tests.
 struct CoefficientRow {

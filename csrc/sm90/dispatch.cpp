@@ -82,7 +82,7 @@ Selection select_uncached(const ProblemKey& key, int sm_count, bool allow_worksp
   }
   if (torch_can_run && backstop) {
     s.torch_predicted_us =
-        torch_rowwise_estimate({key.M, key.N, key.K, out_bytes(key.out), sm_count}, key.accum).us;
+        torch_rowwise_estimate({key.M, key.N, key.K, out_bytes(key.out), sm_count}, key.accum);
     if (s.torch_predicted_us > 0 &&
         (!s.choice || s.predicted_us > s.torch_predicted_us * (1.0 - kKernelAdvantage))) {
       s.torch_rowwise = true;

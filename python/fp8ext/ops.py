@@ -166,10 +166,8 @@ def selected_kernel(M: int, N: int, K: int, out_dtype: torch.dtype = torch.bfloa
     (CUTLASS's raster, bands of 1 tile: the widest band that adds no padded tile); ``force_kernel`` accepts it.
 
     With ``explain=True`` returns a dict: ``selected`` (the name above) and ``ranking``, every built kernel that
-    computes the call, fastest predicted first, each ``{"kernel", "predicted_us", "tile_ratio", "calibrated",
-    "line_us", "correction"}`` (``predicted_us = line_us * exp(correction)``: the fitted formula's time and the
-    local correction from the tuning rows near the call, csrc/sm90/cost_model.h), and ``torch_predicted_us``
-    (negative when the model has no calibration for torch) with its formula's part, ``torch_line_us``."""
+    computes the call, fastest predicted first, each ``{"kernel", "predicted_us", "tile_ratio", "calibrated"}``,
+    and ``torch_predicted_us`` (negative when the model has no calibration for torch)."""
     if not _has_cuda_kernels():
         return None
     name = torch.ops.fp8ext._selected_kernel(M, N, K, out_dtype, use_fast_accum, a_dtype, capturing, torch_ok) or None
@@ -177,12 +175,11 @@ def selected_kernel(M: int, N: int, K: int, out_dtype: torch.dtype = torch.bfloa
         return name
     ranking = []
     for line in torch.ops.fp8ext._rank_kernels(M, N, K, out_dtype, use_fast_accum, a_dtype, capturing):
-        kernel, us, ratio, calibrated, line_us, correction = line.split(" ")
+        kernel, us, ratio, calibrated = line.split(" ")
         ranking.append({"kernel": kernel, "predicted_us": float(us), "tile_ratio": float(ratio),
-                        "calibrated": calibrated == "1", "line_us": float(line_us), "correction": float(correction)})
+                        "calibrated": calibrated == "1"})
     torch_row = ranking.pop()  # the last line is torch's row-wise estimate
-    return {"selected": name, "ranking": ranking, "torch_predicted_us": torch_row["predicted_us"],
-            "torch_line_us": torch_row["line_us"]}
+    return {"selected": name, "ranking": ranking, "torch_predicted_us": torch_row["predicted_us"]}
 
 
 def set_backends(backends: str) -> None:
