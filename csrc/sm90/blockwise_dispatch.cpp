@@ -81,14 +81,26 @@ double blockwise_work(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K,
     const KernelEntry* twin = t.rowwise_twin != nullptr ? find_kernel(t.rowwise_twin) : nullptr;
     if (twin == nullptr) return 0.0;  // a subset build without the twin: no prediction
     const int out_bytes = t.out == OutType::kFP32 ? 4 : 2;
-    // The formula's time, without the row-wise correction: the block-wise fits were made on it.
-    return estimate(*twin, CostProblem{M, N, K, out_bytes, sm_count}).line_us;
+    return estimate(*twin, CostProblem{M, N, K, out_bytes, sm_count}).us;
   }
   const int64_t mma_m = t.swap_ab ? N : M, mma_n = t.swap_ab ? M : N;
   const int64_t tiles = ((mma_m + t.tile_m - 1) / t.tile_m) * ((mma_n + t.tile_n - 1) / t.tile_n);
   const double tile_macs = static_cast<double>(t.tile_m) * t.tile_n * static_cast<double>(K);
   if (t.schedule == Schedule::kStreamK) return static_cast<double>(tiles) * tile_macs / sm_count;
   return static_cast<double>((tiles + sm_count - 1) / sm_count) * tile_macs;
+}
+
+double residual_correction(std::span<const BlockwiseResidual> residuals, int64_t M, int64_t N, int64_t K) {
+  if (residuals.empty() || M <= 0 || N <= 0 || K <= 0) return 0.0;
+  const double lm = std::log2(double(M)), ln = std::log2(double(N)), lk = std::log2(double(K));
+  double weights = 0.0, weighted = 0.0;
+  for (const BlockwiseResidual& r : residuals) {
+    const double dm = lm - r.log2_m, dn = ln - r.log2_n, dk = lk - r.log2_k;
+    const double w = std::exp(-0.5 * (dm * dm + dn * dn + dk * dk));
+    weights += w;
+    weighted += w * r.log_ratio;
+  }
+  return weighted / (weights + kResidualPrior);
 }
 
 BlockwiseFit blockwise_fit(const BlockwiseKernelEntry& kernel) {

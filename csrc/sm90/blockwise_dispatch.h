@@ -12,18 +12,22 @@
 //   tile kernels, stream-K:      tiles * tile_m * tile_n * K / SMs          (K split evenly; b carries the fix-up)
 //   decode kernels (bw_gemv_m4_* for M <= 4, bw_gemv_tc_* for M <= 32): the predicted microseconds of the
 //                                kernel's row-wise twin (the same loads and MMAs, the scales placed differently)
-//                                by the row-wise cost model's formula (cost_model.h, without its local
-//                                correction); b is then a dimensionless ratio.
+//                                by the row-wise cost model (cost_model.h); b is then a dimensionless ratio.
 // For a tile kernel b is its time per MAC on one SM: it holds the wgmma shape's efficiency and the mainloop's
 // per-group scaling cost, which differ per tile and schedule; a its fixed cost.
 //
 // a + b * W is one straight line per kernel over every regime, and it misses by up to 2x where the regime
-// changes (stream-K's fix-up on few tiles, bandwidth-bound small M). c is the correction of residual_correction.h:
-// the Gaussian-weighted mean of the kernel's residuals ln(measured / (a + b * W)) on the tuning rows near the call,
-// so a call near tuning rows takes their deviation and one far from all of them keeps the straight line.
-// Kernels without a fit borrow the bf16 kernel of the same tile (fit and residuals). A kernel with neither (one
-// added since the last fit) is taken only where no fitted kernel computes the call, with defaults (datasheet-level
-// for tiles, the twin's time as it is for decode).
+// changes (stream-K's fix-up on few tiles, bandwidth-bound small M). Each kernel therefore keeps the residuals of
+// its fit on the tuning rows, r_i = ln(measured / (a + b * W)) at (M_i, N_i, K_i), and the correction is their
+// Gaussian-weighted mean around the call, in octaves of M, N and K:
+//
+//   c = sum_i w_i r_i / (sum_i w_i + kResidualPrior),   w_i = exp(-d_i^2 / 2),
+//   d_i^2 = (log2 M - log2 M_i)^2 + (log2 N - log2 N_i)^2 + (log2 K - log2 K_i)^2
+//
+// so a call within an octave of tuning rows takes their deviation, and one far from all of them (sum w << prior)
+// keeps the straight line. Kernels without a fit borrow the bf16 kernel of the same tile (fit and residuals). A
+// kernel with neither (one added since the last fit) is taken only where no fitted kernel computes the call, with
+// defaults (datasheet-level for tiles, the twin's time as it is for decode).
 // scripts/fit_blockwise_dispatch.py fits them on the tuning part of the blockwise suite (DeepSeek-V3's layers,
 // every kernel timed, every M); the zoo's held-out rows judge them. Selections are memoized per problem.
 #pragma once
@@ -35,12 +39,17 @@
 #include <vector>
 
 #include "sm90/blockwise_gemm.h"
-#include "sm90/residual_correction.h"
 
 namespace fp8ext::sm90 {
 
-// One tuning row's deviation from a kernel's fit: log2 M, N, K and ln(measured / (a + b * W)).
-using BlockwiseResidual = Residual;
+// One tuning row's deviation from a kernel's fit: the row's log2 M, N, K and ln(measured / (a + b * W)).
+struct BlockwiseResidual {
+  float log2_m, log2_n, log2_k, log_ratio;
+};
+
+// The weight, in the correction's denominator, of "no deviation": the correction is shrunk towards 0 where the
+// tuning rows are far (one row at 2.4 octaves has weight 0.05, and moves the prediction half its residual).
+constexpr double kResidualPrior = 0.05;
 
 struct BlockwiseFit {
   double a_us;          // fixed cost
@@ -49,6 +58,9 @@ struct BlockwiseFit {
   // NaN marks a kernel without a fit: the dispatch takes it only where no fitted kernel computes the call.
   bool fitted() const { return std::isfinite(a_us) && std::isfinite(b_us_per_mac); }
 };
+
+// c of the formula above for (M, N, K); 0 without residuals.
+double residual_correction(std::span<const BlockwiseResidual> residuals, int64_t M, int64_t N, int64_t K);
 
 // W of the formula above (0 for a decode kernel whose row-wise twin was not built: it is then never picked).
 double blockwise_work(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K, int sm_count);
