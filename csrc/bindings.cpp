@@ -1,6 +1,7 @@
 // The ops' schemas, and the Python module that loads them. The backends register themselves: scaled_mm in
 // scaled_mm_cpu.cpp and scaled_mm_cuda.cpp, quantize_rowwise in quantize_rowwise_op.cpp (CPU) and
-// quantize_rowwise_cuda.cpp, the internal ops without tensors in internal_ops.cpp and scaled_mm_cuda.cpp. The
+// quantize_rowwise_cuda.cpp, linear in scaled_mm_cuda.cpp (CUDA; its CPU backend is the two ops in turn, in
+// python/fp8ext/ops.py), the internal ops without tensors in internal_ops.cpp and scaled_mm_cuda.cpp. The
 // fake (meta) implementations and the autograd guards (which refuse inputs that require grad: the ops have no
 // backward) are Python, in python/fp8ext/ops.py and quantize.py: the stable ABI can neither read requires_grad
 // nor redispatch below autograd.
@@ -21,6 +22,12 @@ STABLE_TORCH_LIBRARY(fp8ext, m) {
   m.def(
       "_check_quantize_rowwise_meta(int[] sizes, int[] strides, ScalarType x_dtype, ScalarType? dtype, "
       "float? scale_ub) -> ()");
+  m.def(
+      "linear(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias=None, bool use_fast_accum=True) -> Tensor");
+  m.def(
+      "_check_linear_meta(int[] x, ScalarType x_dtype, Device x_device, int[] weight, ScalarType weight_dtype, "
+      "Device weight_device, int[] weight_scale, ScalarType weight_scale_dtype, Device weight_scale_device, "
+      "int[]? bias, ScalarType? bias_dtype, Device? bias_device) -> ()");
   m.def("_autotune_cache_read(str path) -> (str, str[])");
   m.def("_autotune_cache_write(str path, str[] buckets, str[] kernels) -> str");
 }

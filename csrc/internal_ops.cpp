@@ -1,7 +1,7 @@
-// fp8ext's internal ops without tensors (PyTorch's stable ABI): the validation of scaled_mm and quantize_rowwise
-// on metadata alone, for their fake implementations (python/fp8ext/ops.py, quantize.py), and the autotune cache
-// file's reader and writer, in every build (a CPU-only one included) so that python/fp8ext/autotune.py reads it
-// and the tests exercise the tuner's own writer without a GPU. The schemas are in bindings.cpp.
+// fp8ext's internal ops without tensors (PyTorch's stable ABI): the validation of scaled_mm, quantize_rowwise and
+// linear on metadata alone, for their fake implementations (python/fp8ext/ops.py, quantize.py), and the autotune
+// cache file's reader and writer, in every build (a CPU-only one included) so that python/fp8ext/autotune.py
+// reads it and the tests exercise the tuner's own writer without a GPU. The schemas are in bindings.cpp.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -11,6 +11,7 @@
 #include <torch/csrc/stable/device.h>
 #include <torch/csrc/stable/library.h>
 
+#include "linear_op.h"
 #include "quantize_rowwise_op.h"
 #include "scaled_mm_checks.h"
 #include "sm90/autotune_cache.h"
@@ -35,7 +36,7 @@ int64_t element_size(ScalarType t) {
 // alignment is that of its storage offset. The returned views point into v.
 TensorMeta operand_meta(const std::vector<int64_t>& v, ScalarType dtype, Device device) {
   FP8EXT_CHECK(!v.empty() && v[0] >= 0 && v.size() == static_cast<size_t>(2 * v[0] + 2),
-               "fp8ext._check_scaled_mm_meta: malformed operand metadata ", shape_str(v));
+               "fp8ext: malformed operand metadata for a _check_*_meta op ", shape_str(v));
   const auto dim = static_cast<size_t>(v[0]);
   const int64_t offset = v[2 * dim + 1];
   const IntSpan all(v);
@@ -54,6 +55,17 @@ void check_scaled_mm_meta_op(std::vector<int64_t> a, ScalarType a_dtype, Device 
   check_scaled_mm_meta(operand_meta(a, a_dtype, a_device), operand_meta(b, b_dtype, b_device),
                        operand_meta(scale_a, scale_a_dtype, scale_a_device),
                        operand_meta(scale_b, scale_b_dtype, scale_b_device), bias_meta, out_dtype);
+}
+
+void check_linear_meta_op(std::vector<int64_t> x, ScalarType x_dtype, Device x_device, std::vector<int64_t> weight,
+                          ScalarType weight_dtype, Device weight_device, std::vector<int64_t> weight_scale,
+                          ScalarType weight_scale_dtype, Device weight_scale_device,
+                          std::optional<std::vector<int64_t>> bias, std::optional<ScalarType> bias_dtype,
+                          std::optional<Device> bias_device) {
+  std::optional<TensorMeta> bias_meta;
+  if (bias.has_value()) bias_meta = operand_meta(*bias, bias_dtype.value(), bias_device.value());
+  check_linear_meta(operand_meta(x, x_dtype, x_device), operand_meta(weight, weight_dtype, weight_device),
+                    operand_meta(weight_scale, weight_scale_dtype, weight_scale_device), bias_meta);
 }
 
 void check_quantize_rowwise_meta_op(std::vector<int64_t> sizes, std::vector<int64_t> strides, ScalarType x_dtype,
@@ -83,6 +95,7 @@ std::string autotune_cache_write(std::string path, std::vector<std::string> buck
 STABLE_TORCH_LIBRARY_IMPL(fp8ext, CompositeExplicitAutograd, m) {
   m.impl("_check_scaled_mm_meta", TORCH_BOX(&check_scaled_mm_meta_op));
   m.impl("_check_quantize_rowwise_meta", TORCH_BOX(&check_quantize_rowwise_meta_op));
+  m.impl("_check_linear_meta", TORCH_BOX(&check_linear_meta_op));
   m.impl("_autotune_cache_read", TORCH_BOX(&autotune_cache_read));
   m.impl("_autotune_cache_write", TORCH_BOX(&autotune_cache_write));
 }

@@ -16,7 +16,7 @@
 namespace fp8ext {
 namespace {
 
-#define FP8EXT_CHECK_QUANT(cond, arg, ...) FP8EXT_CHECK(cond, "fp8ext.quantize_rowwise: ", arg, ": ", __VA_ARGS__)
+#define FP8EXT_CHECK_QUANT(cond, arg, ...) FP8EXT_CHECK(cond, op, ": ", arg, ": ", __VA_ARGS__)
 
 QuantSrc to_src(ScalarType t) {
   switch (t) {
@@ -60,7 +60,8 @@ void quantize_cpu_typed(const QuantizeRowwiseParams& p) {
 }  // namespace
 
 QuantizeRowwiseParams check_quantize_rowwise(IntSpan sizes, IntSpan strides, ScalarType x_dtype,
-                                             std::optional<ScalarType> dtype, std::optional<double> scale_ub) {
+                                             std::optional<ScalarType> dtype, std::optional<double> scale_ub,
+                                             const char* op) {
   const ScalarType out_dtype = dtype.value_or(ScalarType::Float8_e4m3fn);
   FP8EXT_CHECK_QUANT(out_dtype == ScalarType::Float8_e4m3fn || out_dtype == ScalarType::Float8_e5m2, "dtype",
                      "expected torch.float8_e4m3fn or torch.float8_e5m2, got ", dtype_name(out_dtype));

@@ -17,9 +17,10 @@ namespace fp8ext {
 
 // Checks x's metadata, the FP8 dtype and scale_ub, and throws (op_errors.h) naming the argument, what is accepted
 // and what was given; returns the kernel's parameters without the pointers. Reads metadata only, so that the
-// fake implementation raises the same messages.
+// fake implementation raises the same messages. `op` starts each message (fp8ext.linear checks its x here too).
 QuantizeRowwiseParams check_quantize_rowwise(IntSpan sizes, IntSpan strides, ScalarType x_dtype,
-                                             std::optional<ScalarType> dtype, std::optional<double> scale_ub);
+                                             std::optional<ScalarType> dtype, std::optional<double> scale_ub,
+                                             const char* op = "fp8ext.quantize_rowwise");
 
 // One call, validated, with its two outputs allocated (and nothing else): q (x's shape, FP8, contiguous) and
 // scale (x.shape[:-1] + (1,), float32), and the parameters pointing at x, q and scale. A CUDA caller sets its

@@ -7,6 +7,8 @@
 //                                  or torch._scaled_mm row-wise where the model predicts torch faster
 //   otherwise                   -> the float32 reference path on the GPU (correct, not fast)
 //
+// and the CUDA backend of fp8ext::linear (linear_op.h), which quantizes and then takes the same route.
+//
 // The torch side is PyTorch's stable ABI (torch/csrc/stable, torch/headeronly and the C shim), as in every
 // torch-facing file; csrc/sm90 is plain CUDA/CUTLASS.
 #include <array>
@@ -29,6 +31,8 @@
 #include <torch/csrc/stable/macros.h>
 #include <torch/csrc/stable/ops.h>
 
+#include "linear_op.h"
+#include "quantize_rowwise_op.h"
 #include "scaled_mm.h"
 #include "sm90/autotune.h"
 #include "sm90/autotune_cache.h"
@@ -137,26 +141,41 @@ bool stream_is_capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
+// An operand as the kernels read it: its first element and its leading dimension (the stride between the rows
+// of a, between the columns of b).
+struct Operand {
+  const void* data;
+  int64_t ld;
+};
+
 // What both kernel families' parameters hold alike (sm90/gemm_params.h, sm90/blockwise_gemm.h): the problem, the
-// operands, the output (`out`, the [M, N] result, already allocated), the bias and where to run.
+// operands, the output (`out`, the contiguous [M, N] result, already allocated), the bias and where to run.
 template <class Params>
-Params common_params(const Tensor& a, const Tensor& b, const std::optional<Tensor>& bias,
-                     const ScaledMmProblem& problem, const Tensor& out, int sm_count, cudaStream_t stream) {
+Params common_params(Operand a, Operand b, const void* bias, void* out, const ScaledMmProblem& problem, int device,
+                     int sm_count, cudaStream_t stream) {
   Params p;
   p.M = problem.M;
   p.N = problem.N;
   p.K = problem.K;
-  p.a = a.data_ptr();
-  p.lda = problem.M == 1 ? problem.K : a.stride(0);  // a size-1 dimension's stride is never used
-  p.b = b.data_ptr();
-  p.ldb = b.stride(1);
-  p.out = out.data_ptr();
+  p.a = a.data;
+  p.lda = problem.M == 1 ? problem.K : a.ld;  // a size-1 dimension's stride is never used
+  p.b = b.data;
+  p.ldb = b.ld;
+  p.out = out;
   p.ldo = problem.N;
-  p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
-  p.device_id = a.get_device_index();
+  p.bias = bias;
+  p.device_id = device;
   p.sm_count = sm_count;
   p.stream = stream;
   return p;
+}
+
+template <class Params>
+Params common_params(const Tensor& a, const Tensor& b, const std::optional<Tensor>& bias,
+                     const ScaledMmProblem& problem, const Tensor& out, int sm_count, cudaStream_t stream) {
+  return common_params<Params>({a.data_ptr(), a.stride(0)}, {b.data_ptr(), b.stride(1)},
+                               bias.has_value() ? bias->data_ptr() : nullptr, out.data_ptr(), problem,
+                               a.get_device_index(), sm_count, stream);
 }
 
 // The row-wise kernel parameters of one call.
@@ -505,6 +524,62 @@ Tensor scaled_mm_cuda(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, std::o
   return run_sm90(a, b, scale_a, scale_b, bias, problem, key, props, use_fast_accum);
 }
 
+// ---- fp8ext::linear (linear_op.h): quantize_rowwise, then scaled_mm's row-wise GEMM, in one call ----
+
+// On an sm_90 GPU, when the selection is a kernel of this build (the case of every layer of a converted model
+// unless torch's backstop, autotuning or a kernel missing from the build takes it): the GEMM is launched here
+// straight from the quantize's outputs, with the choice run_sm90 would make for the same problem, so the result
+// is the two ops' bit for bit. Every other case runs scaled_mm itself on views of those outputs.
+Tensor linear_cuda(Tensor x, Tensor weight, Tensor weight_scale, std::optional<Tensor> bias, bool use_fast_accum) {
+  const std::optional<TensorMeta> bias_meta =
+      bias.has_value() ? std::optional<TensorMeta>(tensor_meta(*bias)) : std::nullopt;
+  const LinearProblem lp = check_linear_meta(tensor_meta(x), tensor_meta(weight), tensor_meta(weight_scale),
+                                             bias_meta);
+  const ScaledMmProblem& problem = lp.mm;
+  const int device = x.get_device_index();
+  const st::accelerator::DeviceGuard guard(device);
+  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
+  out_shape.back() = problem.N;
+  if (problem.M == 0) return st::new_empty(x, out_shape, problem.out_dtype);
+
+  QuantizeRowwiseCall q = prepare_quantize_rowwise(x, ScalarType::Float8_e4m3fn, std::nullopt);
+  const cudaStream_t stream = current_cuda_stream(device);
+  const cudaError_t err = launch_quantize_rowwise(q.params, stream);
+  FP8EXT_CHECK(err == cudaSuccess, "fp8ext.linear: CUDA error: ", cudaGetErrorString(err));
+
+  const cudaDeviceProp& props = device_properties(device);
+  if (routing_cc(props) == 90) {
+    const sm90::ProblemKey key = problem_key(problem.M, problem.N, problem.K, problem.out_dtype, use_fast_accum,
+                                             ScalarType::Float8_e4m3fn, ScalarType::Float8_e4m3fn);
+    // torch_can_run for these operands: a is contiguous and both are e4m3.
+    const bool torch_ok = problem.out_dtype == ScalarType::BFloat16 && problem.scale_a_per_row &&
+                          problem.scale_b_per_col && !bias.has_value();
+    std::string untuned_bucket;
+    const sm90::Selection s = chosen_kernel(key, props, stream_is_capturing(stream), torch_ok, &untuned_bucket);
+    if (s.choice && !s.torch_rowwise && untuned_bucket.empty()) {
+      Tensor out = st::new_empty(x, out_shape, problem.out_dtype);
+      auto p = common_params<sm90::GemmParams>({q.params.q, problem.K}, {weight.data_ptr(), weight.stride(0)},
+                                               bias.has_value() ? bias->data_ptr() : nullptr, out.data_ptr(),
+                                               problem, device, props.multiProcessorCount, stream);
+      p.scale_a = q.params.scale;
+      p.scale_a_per_row = problem.scale_a_per_row;
+      p.scale_b = static_cast<const float*>(weight_scale.data_ptr());
+      p.scale_b_per_col = problem.scale_b_per_col;
+      p.sched = s.choice.sched;
+      const sm90::LaunchResult r = launch(*s.choice.kernel, p, x);
+      FP8EXT_CHECK(r.ok, "fp8ext.linear: CUTLASS kernel '", sm90::choice_name(s.choice), "' failed at ", r.stage,
+                   ": ", r.detail, " (M=", problem.M, ", N=", problem.N, ", K=", problem.K, ")");
+      return out;
+    }
+  }
+  const Tensor a = st::view(*q.q, {problem.M, problem.K});
+  const Tensor scale_a = st::view(*q.scale, {problem.M, 1});
+  const Tensor scale_b = weight_scale.dim() == 1 ? weight_scale : st::view(weight_scale, {problem.N});
+  const Tensor out = scaled_mm_cuda(a, st::transpose(weight, 0, 1), scale_a, scale_b, bias, problem.out_dtype,
+                                    use_fast_accum);
+  return x.dim() == 2 ? out : st::view(out, out_shape);
+}
+
 // ---- Introspection and control, used by python/fp8ext (kernel_names, force_kernel, selected_kernel). ----
 
 std::vector<std::string> kernel_names() {
@@ -696,7 +771,10 @@ std::vector<std::string> autotune_entries() { return sm90::flatten_entries(sm90:
 
 }  // namespace
 
-STABLE_TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) { m.impl("scaled_mm", TORCH_BOX(&scaled_mm_cuda)); }
+STABLE_TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) {
+  m.impl("scaled_mm", TORCH_BOX(&scaled_mm_cuda));
+  m.impl("linear", TORCH_BOX(&linear_cuda));
+}
 
 STABLE_TORCH_LIBRARY_FRAGMENT(fp8ext, m) {
   m.def("_kernel_names() -> str[]");

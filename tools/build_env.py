@@ -140,10 +140,11 @@ def kernel_sources() -> list[Path]:
 
 def sources(with_cuda: bool) -> list[Path]:
     # The autotune cache file's I/O is plain C++ and in every build: the CPU-only one reads and tests it too.
-    # quantize_rowwise_op.cpp (its checks and CPU path) too; its CUDA entry and kernel only with CUDA.
+    # quantize_rowwise_op.cpp (its checks and CPU path) and linear_checks.cpp too; their CUDA entries and the
+    # quantize kernel only with CUDA.
     srcs = [CSRC / "bindings.cpp", CSRC / "internal_ops.cpp", CSRC / "op_errors.cpp", CSRC / "scaled_mm_checks.cpp",
             CSRC / "scaled_mm_cpu.cpp",
-            CSRC / "sm90" / "autotune_cache.cpp", CSRC / "quantize_rowwise_op.cpp"]
+            CSRC / "sm90" / "autotune_cache.cpp", CSRC / "quantize_rowwise_op.cpp", CSRC / "linear_checks.cpp"]
     if with_cuda:
         srcs += [CSRC / "quantize_rowwise_cuda.cpp", CSRC / "quantize_rowwise.cu"]
         srcs += [CSRC / "scaled_mm_cuda.cpp", CSRC / "sm90" / "kernel_registry.cpp", CSRC / "sm90" / "dispatch.cpp",

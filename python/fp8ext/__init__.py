@@ -6,7 +6,8 @@
 The same op is `torch.ops.fp8ext.scaled_mm` (torch.compile, CUDA graphs and torch.library.opcheck work with it).
 
 From a bf16 model to FP8 (docs/model_path.md): `fp8ext.convert(model)` swaps its nn.Linear layers for
-`fp8ext.nn.Float8Linear`, built on `fp8ext.quantize_rowwise` (also `torch.ops.fp8ext.quantize_rowwise`);
+`fp8ext.nn.Float8Linear`, built on `fp8ext.linear` (`torch.ops.fp8ext.linear`: `fp8ext.quantize_rowwise`, also
+`torch.ops.fp8ext.quantize_rowwise`, then scaled_mm, in one call);
 `fp8ext.f8f8bf16_rowwise` takes FBGEMM's argument convention; `fp8ext.TorchaoConfig` (needs torchao) is the same
 swap as a `torchao.quantization.quantize_` config.
 """
@@ -39,12 +40,12 @@ if _BUILD_INFO is not None:
 
 from .autotune import _configure_from_environment, autotune, autotune_entries
 from .ops import (_has_cuda_kernels, backends, blockwise_kernel_names, force_kernel, kernel_names, kernel_traits,
-                  scaled_mm, selected_blockwise_kernel, selected_kernel, set_backends)
+                  linear, scaled_mm, selected_blockwise_kernel, selected_kernel, set_backends)
 from .quantize import f8f8bf16_rowwise, quantize_blockwise, quantize_rowwise
 from . import nn
 from .nn import ConvertReport, Float8Linear, convert
 
-__all__ = ["scaled_mm", "kernel_names", "kernel_traits", "selected_kernel", "force_kernel", "set_backends",
+__all__ = ["scaled_mm", "linear", "kernel_names", "kernel_traits", "selected_kernel", "force_kernel", "set_backends",
            "backends", "autotune", "autotune_entries", "build_info", "__version__", "quantize_rowwise",
            "f8f8bf16_rowwise", "quantize_blockwise", "blockwise_kernel_names", "selected_blockwise_kernel", "nn",
            "Float8Linear", "convert", "ConvertReport", "TorchaoConfig"]

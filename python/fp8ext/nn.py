@@ -19,22 +19,20 @@ from torch import nn
 from .quantize import quantize_rowwise
 
 E4M3 = torch.float8_e4m3fn
-_QUANTIZE = torch.ops.fp8ext.quantize_rowwise.default  # fp8ext.quantize_rowwise
-_SCALED_MM = torch.ops.fp8ext.scaled_mm.default  # fp8ext.scaled_mm
+_LINEAR = torch.ops.fp8ext.linear.default  # fp8ext.linear
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def _fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias: Optional[torch.Tensor],
                 use_fast_accum: bool) -> torch.Tensor:
-    """Float8Linear's forward on (a view of) its parameters: x quantized per token, then scaled_mm, bias fused."""
-    K = weight.shape[1]
-    # quantize_rowwise takes 2-D and 3-D inputs with any leading strides; other ranks are flattened first. The
-    # ops' overloads are called directly (not the Python wrappers, not the overload packets): an eager prefill of
-    # a small model is bound by the host's time per layer.
-    xq, xs = _QUANTIZE(x if x.dim() in (2, 3) else x.reshape(-1, K), E4M3, None)
+    """Float8Linear's forward on (a view of) its parameters: fp8ext.linear, x quantized per token, bias fused."""
     if bias is not None and bias.dtype != x.dtype:
-        bias = bias.to(x.dtype)  # scaled_mm's bias has the output's dtype
-    out = _SCALED_MM(xq.view(-1, K), weight.t(), xs.view(-1, 1), weight_scale, bias, x.dtype, use_fast_accum)
+        bias = bias.to(x.dtype)  # the op's bias has the output's dtype
+    # The op takes 2-D and 3-D inputs; other ranks are flattened first. Its overload is called directly (not the
+    # Python wrapper, not the overload packet): an eager decode step is bound by the host's time per layer.
+    if x.dim() in (2, 3):
+        return _LINEAR(x, weight, weight_scale, bias, use_fast_accum)
+    out = _LINEAR(x.reshape(-1, weight.shape[1]), weight, weight_scale, bias, use_fast_accum)
     return out.view(*x.shape[:-1], weight.shape[0])
 
 

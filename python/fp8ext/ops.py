@@ -1,8 +1,9 @@
-"""The public op and its fake (meta) implementation.
+"""The public ops and their fake (meta) implementations.
 
-`torch.ops.fp8ext.scaled_mm` is defined once, in C++ (csrc/bindings.cpp). This module adds the fake
-implementation that torch.compile, torch.export and opcheck use to know the output's shape, dtype and strides
-without running the kernel, and the documented Python entry `fp8ext.scaled_mm`.
+`torch.ops.fp8ext.scaled_mm` and `torch.ops.fp8ext.linear` are defined once, in C++ (csrc/bindings.cpp). This
+module adds the fake implementations that torch.compile, torch.export and opcheck use to know the output's shape,
+dtype and strides without running the kernel, linear's CPU backend, and the documented Python entries
+`fp8ext.scaled_mm` and `fp8ext.linear`.
 """
 from __future__ import annotations
 
@@ -81,7 +82,54 @@ def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=None, use_fast_
     return a.new_empty((a.size(0), b.size(1)), dtype=out_dtype)
 
 
-# ---- The autograd guard of both ops ----
+def linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias: Optional[torch.Tensor] = None,
+           use_fast_accum: bool = True) -> torch.Tensor:
+    """A linear layer's forward on an FP8 weight, in one call: ``x`` quantized per token (``quantize_rowwise``),
+    then ``scaled_mm`` against ``weight.t()`` with the bias fused, in ``x``'s dtype.
+
+    Args:
+        x: ``[M, K]`` or ``[B, S, K]``, bfloat16, float16 or float32, the last dimension contiguous.
+        weight: ``[N, K]`` float8_e4m3fn as stored (not transposed), rows of K contiguous elements starting at
+            multiples of 16; K and N multiples of 16.
+        weight_scale: float32 ``(N,)`` or ``(N, 1)``, one scale per row of the weight.
+        bias: optional ``[N]`` in ``x``'s dtype.
+        use_fast_accum: as in ``scaled_mm``.
+
+    Returns:
+        A new contiguous tensor of ``x``'s shape with K replaced by N, in ``x``'s dtype.
+
+    It is ``q, s = quantize_rowwise(x)`` then ``scaled_mm(q, weight.t(), s, weight_scale, bias, x.dtype,
+    use_fast_accum)`` (with ``q`` and ``s`` viewed as 2-D), bit for bit: the same kernels, chosen alike. One call
+    saves the host a dispatcher round trip and the views between the two; ``Float8Linear`` runs on it.
+    Bad arguments raise ``RuntimeError`` starting ``fp8ext.linear: <argument>:`` (docs/errors.md).
+    """
+    return torch.ops.fp8ext.linear(x, weight, weight_scale, bias, use_fast_accum)
+
+
+def _check_linear(x, weight, weight_scale, bias) -> None:
+    """The C++ validation of fp8ext.linear (csrc/linear_checks.cpp) on the arguments' metadata."""
+    bias_meta = _operand_meta(bias) if bias is not None else (None, None, None)
+    torch.ops.fp8ext._check_linear_meta(*_operand_meta(x), *_operand_meta(weight), *_operand_meta(weight_scale),
+                                        *bias_meta)
+
+
+@torch.library.register_fake("fp8ext::linear")
+def _linear_fake(x, weight, weight_scale, bias=None, use_fast_accum=True):
+    _check_linear(x, weight, weight_scale, bias)
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _linear_cpu(x, weight, weight_scale, bias=None, use_fast_accum=True):
+    # The CPU backend: the two ops in turn, each on its own CPU backend (the reference paths).
+    _check_linear(x, weight, weight_scale, bias)
+    K, N = weight.shape[1], weight.shape[0]
+    q, s = torch.ops.fp8ext.quantize_rowwise.default(x, torch.float8_e4m3fn, None)
+    out = torch.ops.fp8ext.scaled_mm.default(q.view(-1, K), weight.t(), s.view(-1, 1), weight_scale.reshape(N),
+                                             bias, x.dtype, use_fast_accum)
+    return out.view(*x.shape[:-1], N)
+
+
+# ---- The autograd guard of the ops ----
 # The ops have no backward. Rather than return a result whose backward fails later (or silently has no grad_fn),
 # refuse at the call while grad mode would record it; under no_grad() and inference_mode() this passes. It is a
 # Python kernel at the Autograd key because the C++ side is on PyTorch's stable ABI, which can neither read
@@ -125,6 +173,8 @@ def _register_autograd_guard(name: str, tensor_args: tuple[str, ...]) -> None:
 
 _register_autograd_guard("scaled_mm", ("a", "b", "scale_a", "scale_b", "bias"))
 _register_autograd_guard("quantize_rowwise", ("x",))
+_register_autograd_guard("linear", ("x", "weight", "weight_scale", "bias"))
+_IMPL.impl("linear", _linear_cpu, "CPU")
 
 
 def _has_cuda_kernels() -> bool:
