@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import fp8ext
-from fp8ext.testing import check_against_reference, random_blockwise_operands, reference
+from fp8ext.testing import (blockwise_kernel_out_dtype, check_against_reference, random_blockwise_operands,
+                            reference)
 
 E4M3 = torch.float8_e4m3fn
 OPCHECK_UTILS = ("test_faketensor", "test_aot_dispatch_dynamic")
@@ -264,15 +265,11 @@ def _kernels():
         return []
 
 
-def _kernel_out_dtype(name):
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name.rsplit("_", 1)[1]]
-
-
 @pytest.mark.gpu
 def test_build_has_blockwise_kernels_for_every_out_dtype():
     names = fp8ext.blockwise_kernel_names()
     assert names, "a CUDA build without block-scaled kernels"
-    assert {_kernel_out_dtype(n) for n in names} == {torch.bfloat16, torch.float16, torch.float32}
+    assert {blockwise_kernel_out_dtype(n) for n in names} == {torch.bfloat16, torch.float16, torch.float32}
 
 
 @pytest.mark.gpu
@@ -282,7 +279,7 @@ def test_every_kernel_against_float64(name, M, N, K):
     if ("_gemv_m4_" in name and M > 4) or ("_gemv_tc_" in name and M > 32):
         pytest.skip("a decode kernel computes M <= 4 (gemv_m4) or M <= 32 (gemv_tc)")
     a, b, sa, sb = random_blockwise_operands(M, N, K, device=DEV)
-    out_dtype = _kernel_out_dtype(name)
+    out_dtype = blockwise_kernel_out_dtype(name)
     bias = torch.randn(N, device=DEV).to(out_dtype) if M % 2 else None
     with fp8ext.force_kernel(name):
         out = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype)
@@ -292,11 +289,11 @@ def test_every_kernel_against_float64(name, M, N, K):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", _kernels() or ["<none built>"])
 def test_every_kernel_bit_exact_small_integers(name):
-    if _kernel_out_dtype(name) != torch.float32 and "_gemv_tc_" not in name:
+    if blockwise_kernel_out_dtype(name) != torch.float32 and "_gemv_tc_" not in name:
         pytest.skip("bit-exactness is checked on fp32 output (the bf16-only gemv_tc: on bf16 output)")
     a, b, sa, sb = exact_blockwise_operands(4 if "_gemv_m4_" in name else 24 if "_gemv_tc_" in name else 40, 272,
                                             384, device=DEV)
-    out_dtype = _kernel_out_dtype(name)
+    out_dtype = blockwise_kernel_out_dtype(name)
     with fp8ext.force_kernel(name):
         out = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=out_dtype)
     # The exact sum is an fp32 value here, so rounding it once to the output type is the only rounding allowed.

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import fp8ext
-from fp8ext.testing import (check_against_reference, kernel_dtypes, kernel_max_m, random_blockwise_operands,
-                            random_operands)
+from fp8ext.testing import (blockwise_kernel_out_dtype, check_against_reference, kernel_dtypes, kernel_max_m,
+                            random_blockwise_operands, random_operands)
 
 pytestmark = pytest.mark.gpu
 
@@ -32,8 +32,7 @@ def _max_m(name):
 def _call_kwargs(name):
     """The out dtype and accumulation a forced kernel computes."""
     if name in BLOCKWISE_DECODE:
-        return {"out_dtype": {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[
-            name.rsplit("_", 1)[1]]}
+        return {"out_dtype": blockwise_kernel_out_dtype(name)}
     out, fast, _ = kernel_dtypes(name)
     return {"out_dtype": out, "use_fast_accum": fast}
 

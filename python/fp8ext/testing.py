@@ -94,6 +94,14 @@ def _scale_view(s: torch.Tensor, n: int, rows: bool) -> torch.Tensor:
     return s.reshape(n, 1) if rows else s.reshape(1, n)
 
 
+_OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def blockwise_kernel_out_dtype(name: str) -> torch.dtype:
+    """The out dtype a block-scaled kernel writes: the last part of its name (``bw_..._bf16``)."""
+    return _OUT_DTYPES[name.rsplit("_", 1)[1]]
+
+
 def kernel_dtypes(name: str):
     """(out dtype, fast accumulation?, activation dtype) that a kernel computes, from its manifest traits;
     scheduler options after "@" do not change them. A decode kernel that reads either activation type reports
@@ -101,7 +109,7 @@ def kernel_dtypes(name: str):
     from .ops import kernel_traits
 
     t = kernel_traits(name)
-    out = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[t["out"]]
+    out = _OUT_DTYPES[t["out"]]
     return out, t["accum"] == "fast", torch.float8_e5m2 if t["in_a"] == "e5m2" else torch.float8_e4m3fn
 
 
