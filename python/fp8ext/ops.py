@@ -101,7 +101,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bi
     It is ``q, s = quantize_rowwise(x)`` then ``scaled_mm(q, weight.t(), s, weight_scale, bias, x.dtype,
     use_fast_accum)`` (with ``q`` and ``s`` viewed as 2-D), bit for bit: the same kernels, chosen alike. One call
     saves the host a dispatcher round trip and the views between the two; ``Float8Linear`` runs on it.
-    Bad arguments raise ``RuntimeError`` starting ``fp8ext.linear: <argument>:`` (docs/errors.md).
+    Bad arguments raise ``RuntimeError`` starting ``fp8ext.linear: <argument>:`` (docs/model_path.md).
     """
     return torch.ops.fp8ext.linear(x, weight, weight_scale, bias, use_fast_accum)
 
