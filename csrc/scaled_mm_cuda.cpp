@@ -12,6 +12,7 @@
 // The torch side is PyTorch's stable ABI (torch/csrc/stable, torch/headeronly and the C shim), as in every
 // torch-facing file; csrc/sm90 is plain CUDA/CUTLASS.
 #include <array>
+#include <atomic>
 #include <iomanip>
 #include <memory>
 #include <mutex>
@@ -361,68 +362,22 @@ Tensor run_sm90(const Tensor& a, const Tensor& b, const Tensor& scale_a, const T
   return out;
 }
 
-// ---- Block-wise scales (sm90/blockwise_gemm.h) ----
-
-sm90::BlockwiseParams blockwise_params(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
-                                       const std::optional<Tensor>& bias, const ScaledMmProblem& problem,
-                                       const Tensor& out, int sm_count, cudaStream_t stream) {
-  auto p = common_params<sm90::BlockwiseParams>(a, b, bias, problem, out, sm_count, stream);
-  // Validation admits any strides; scale_a may be (M, 1) (one K group), whose column stride is never used.
-  p.scale_a = static_cast<const float*>(scale_a.data_ptr());
-  p.sa_stride_m = scale_a.stride(0);
-  p.sa_stride_g = scale_a.stride(1);
-  p.scale_b = static_cast<const float*>(scale_b.data_ptr());
-  p.sb_stride_g = scale_b.stride(0);
-  p.sb_stride_n = scale_b.stride(1);
-  return p;
-}
-
-// A forced block-scaled kernel wins (a forced row-wise kernel cannot compute the call); else the dispatch's pick,
-// without the stream-K kernels inside CUDA-graph capture. The float32 reference path where no kernel was built.
-Tensor run_blockwise(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
-                     const std::optional<Tensor>& bias, const ScaledMmProblem& problem, const cudaDeviceProp& props) {
-  const sm90::OutType out_type = to_out_type(problem.out_dtype);
-  const cudaStream_t stream = current_cuda_stream(a.get_device_index());
-  FP8EXT_CHECK(!sm90::forced_kernel(), "fp8ext.scaled_mm: the forced kernel '",
-               sm90::choice_name(sm90::forced_kernel()), "' takes row-wise or tensor-wise scales and does not "
-               "compute this block-wise call; force a block-wise kernel (fp8ext.blockwise_kernel_names()), or make "
-               "this call outside the `with fp8ext.force_kernel(...):` block");
-  const sm90::BlockwiseKernelEntry* kernel = sm90::forced_blockwise_kernel();
-  if (kernel != nullptr) {
-    FP8EXT_CHECK(kernel->traits.out == out_type, "fp8ext.scaled_mm: the forced kernel '", kernel->name,
-                 "' writes ", sm90::to_string(kernel->traits.out), ", not the ", dtype_name(problem.out_dtype),
-                 " this call asks for");
-    FP8EXT_CHECK(kernel->traits.max_m == 0 || problem.M <= kernel->traits.max_m, "fp8ext.scaled_mm: the forced "
-                 "kernel '", kernel->name, "' computes M <= ", kernel->traits.max_m, ", not M = ", problem.M);
-  } else {
-    kernel = sm90::select_blockwise_kernel(problem.M, problem.N, problem.K, out_type, props.multiProcessorCount,
-                                           /*allow_workspace=*/!stream_is_capturing(stream));
-  }
-  if (kernel == nullptr) {
-    static std::once_flag once;
-    warn_once(once, str("fp8ext.scaled_mm: this build has no block-scaled sm_90a kernel writing ",
-                        dtype_name(problem.out_dtype), "; using the float32 reference path (correct, much slower)"));
-    return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
-  }
-  Tensor out = st::new_empty(a, {problem.M, problem.N}, problem.out_dtype);
-  const sm90::BlockwiseParams p =
-      blockwise_params(a, b, scale_a, scale_b, bias, problem, out, props.multiProcessorCount, stream);
-  const sm90::LaunchResult r = launch(*kernel, p, a);  // stream-K's workspace from the caching allocator
-  FP8EXT_CHECK(r.ok, "fp8ext.scaled_mm: CUTLASS kernel '", kernel->name, "' failed at ", r.stage, ": ", r.detail,
-               " (M=", problem.M, ", N=", problem.N, ", K=", problem.K, ", lda=", p.lda, ", ldb=", p.ldb,
-               ", block-wise scales)");
-  return out;
-}
+// Set once torch._scaled_mm has refused a block-wise call that torch_can_run_blockwise admitted (a torch whose
+// checks differ from 2.11's, where the backstop was measured): the backstop is then off for block-wise calls.
+std::atomic<bool> g_torch_blockwise_refused{false};
 
 // ---- A planted fault, for tests only (tests/test_robustness_gpu.py) ----
 // The routing below must tell a shape cuBLASLt declines from an out-of-memory or CUDA error, and must warn on a GPU
 // other than sm_90, but neither can be provoked at will on the H200 that runs the tests. The internal op
 // _testing_fault(str) plants one: "tensorwise=not_supported", "tensorwise=oom" or "tensorwise=cuda" make the
-// tensor-wise route throw what torch would, and "cc=<major><minor>" routes as if the GPU had that compute
-// capability. "" removes it. Not API: nothing else may call it.
+// tensor-wise route throw what torch would, "blockwise=refused" or "blockwise=oom" make the block-wise backstop's
+// torch call throw (as a torch whose block-wise checks differ from 2.11's would, or out of memory), and
+// "cc=<major><minor>" routes as if the GPU had that compute capability. "" removes it, and turns the block-wise
+// backstop back on after a refusal. Not API: nothing else may call it.
 struct PlantedFault {
   std::mutex mu;
   std::string tensorwise;  // "", "not_supported", "oom" or "cuda"
+  std::string blockwise;   // "", "refused" or "oom"
   int cc = 0;              // 0: the device's own compute capability
 };
 
@@ -435,16 +390,32 @@ void testing_fault(std::string fault) {
   PlantedFault& f = planted_fault();
   const std::lock_guard lock(f.mu);
   f.tensorwise.clear();
+  f.blockwise.clear();
   f.cc = 0;
   if (fault.rfind("tensorwise=", 0) == 0) {
     f.tensorwise = fault.substr(11);
     FP8EXT_CHECK(f.tensorwise == "not_supported" || f.tensorwise == "oom" || f.tensorwise == "cuda",
                  "fp8ext._testing_fault: unknown tensor-wise fault '", f.tensorwise, "'");
+  } else if (fault.rfind("blockwise=", 0) == 0) {
+    f.blockwise = fault.substr(10);
+    FP8EXT_CHECK(f.blockwise == "refused" || f.blockwise == "oom", "fp8ext._testing_fault: unknown block-wise "
+                 "fault '", f.blockwise, "'");
   } else if (fault.rfind("cc=", 0) == 0) {
     f.cc = std::stoi(fault.substr(3));
   } else {
     FP8EXT_CHECK(fault.empty(), "fp8ext._testing_fault: unknown fault '", fault, "'");
+    g_torch_blockwise_refused.store(false);
   }
+}
+
+// Throws the planted block-wise fault, as torch would, if there is one.
+void throw_planted_blockwise_fault() {
+  PlantedFault& f = planted_fault();
+  const std::lock_guard lock(f.mu);
+  if (f.blockwise == "refused") {
+    throw AtenError("Invalid scaling configuration (planted by fp8ext._testing_fault)", true);
+  }
+  if (f.blockwise == "oom") throw AtenError("CUDA out of memory (planted by fp8ext._testing_fault)", true);
 }
 
 // Throws, as a failed torch._scaled_mm call would (an AtenError with torch's message), the planted tensor-wise
@@ -475,6 +446,106 @@ bool cublaslt_declined(const AtenError& e) {
 // An out-of-memory error, told by torch's message (the stable ABI carries no exception types).
 bool out_of_memory(const AtenError& e) {
   return std::string(e.what()).find("out of memory") != std::string::npos;
+}
+
+// ---- Block-wise scales (sm90/blockwise_gemm.h) ----
+
+sm90::BlockwiseParams blockwise_params(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                                       const std::optional<Tensor>& bias, const ScaledMmProblem& problem,
+                                       const Tensor& out, int sm_count, cudaStream_t stream) {
+  auto p = common_params<sm90::BlockwiseParams>(a, b, bias, problem, out, sm_count, stream);
+  // Validation admits any strides; scale_a may be (M, 1) (one K group), whose column stride is never used.
+  p.scale_a = static_cast<const float*>(scale_a.data_ptr());
+  p.sa_stride_m = scale_a.stride(0);
+  p.sa_stride_g = scale_a.stride(1);
+  p.scale_b = static_cast<const float*>(scale_b.data_ptr());
+  p.sb_stride_g = scale_b.stride(0);
+  p.sb_stride_n = scale_b.stride(1);
+  return p;
+}
+
+// Whether torch._scaled_mm's block-wise path takes this call exactly as given, so that the backstop may hand it
+// over with no copy: e4m3 operands, a row-major and b column-major without padding, scale_a in torch's (1, M)
+// strides and scale_b in its (1, G) strides (a contiguous [H, G] weight scale, transposed), bf16 output, no bias,
+// and M a multiple of 4 (cuBLASLt 13 declines every other M with CUBLAS_STATUS_NOT_SUPPORTED, M = 1 included).
+// A stride is not read where its dimension has one element, as in torch's own check.
+bool torch_can_run_blockwise(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                             const std::optional<Tensor>& bias, const ScaledMmProblem& problem) {
+  const int64_t M = problem.M, K = problem.K, G = problem.groups_k(), H = problem.blocks_n();
+  auto stride_is = [](const Tensor& t, int dim, int64_t want) { return t.size(dim) == 1 || t.stride(dim) == want; };
+  return !g_torch_blockwise_refused.load(std::memory_order_relaxed) && M % 4 == 0 &&
+         problem.out_dtype == ScalarType::BFloat16 && !bias.has_value() &&
+         a.scalar_type() == ScalarType::Float8_e4m3fn && b.scalar_type() == ScalarType::Float8_e4m3fn &&
+         stride_is(a, 0, K) && stride_is(a, 1, 1) && stride_is(b, 0, 1) && stride_is(b, 1, K) &&
+         scale_a.size(0) == M && scale_a.size(1) == G && stride_is(scale_a, 0, 1) && stride_is(scale_a, 1, M) &&
+         scale_b.size(0) == G && scale_b.size(1) == H && stride_is(scale_b, 0, 1) && stride_is(scale_b, 1, G);
+}
+
+// The block-wise backstop: torch._scaled_mm on the same tensors. torch takes no fast accumulation with block-wise
+// scales (and fp8ext's block-wise kernels promote every 128 of K either way). Empty where torch refused the call:
+// the backstop is then turned off for block-wise calls, with a warning, and the caller runs a kernel. As on the
+// tensor-wise route, an error known to be another (out of memory, a CUDA error) propagates unchanged.
+std::optional<Tensor> blockwise_via_torch(const Tensor& a, const Tensor& b, const Tensor& scale_a,
+                                          const Tensor& scale_b, const ScaledMmProblem& problem) {
+  try {
+    throw_planted_blockwise_fault();
+    return torch_scaled_mm(a, b, scale_a, scale_b, std::nullopt, problem.out_dtype, /*use_fast_accum=*/false);
+  } catch (const AtenError& e) {
+    if (e.message_known && out_of_memory(e)) throw;
+    g_torch_blockwise_refused.store(true);
+    const std::string what = e.what();
+    static std::once_flag once;
+    warn_once(once, str("fp8ext.scaled_mm: torch._scaled_mm refused a block-wise call (",
+                        what.substr(0, what.find('\n')),
+                        "); block-wise calls run on fp8ext's own kernels from now on"));
+    return std::nullopt;
+  }
+}
+
+// A forced block-scaled kernel wins (a forced row-wise kernel cannot compute the call); else the dispatch's pick,
+// without the stream-K kernels inside CUDA-graph capture, which may be torch._scaled_mm's block-wise path (the
+// backstop). The float32 reference path where no kernel was built.
+Tensor run_blockwise(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                     const std::optional<Tensor>& bias, const ScaledMmProblem& problem, const cudaDeviceProp& props) {
+  const sm90::OutType out_type = to_out_type(problem.out_dtype);
+  const cudaStream_t stream = current_cuda_stream(a.get_device_index());
+  FP8EXT_CHECK(!sm90::forced_kernel(), "fp8ext.scaled_mm: the forced kernel '",
+               sm90::choice_name(sm90::forced_kernel()), "' takes row-wise or tensor-wise scales and does not "
+               "compute this block-wise call; force a block-wise kernel (fp8ext.blockwise_kernel_names()), or make "
+               "this call outside the `with fp8ext.force_kernel(...):` block");
+  const sm90::BlockwiseKernelEntry* kernel = sm90::forced_blockwise_kernel();
+  if (kernel != nullptr) {
+    FP8EXT_CHECK(kernel->traits.out == out_type, "fp8ext.scaled_mm: the forced kernel '", kernel->name,
+                 "' writes ", sm90::to_string(kernel->traits.out), ", not the ", dtype_name(problem.out_dtype),
+                 " this call asks for");
+    FP8EXT_CHECK(kernel->traits.max_m == 0 || problem.M <= kernel->traits.max_m, "fp8ext.scaled_mm: the forced "
+                 "kernel '", kernel->name, "' computes M <= ", kernel->traits.max_m, ", not M = ", problem.M);
+  } else {
+    const bool capturing = stream_is_capturing(stream);
+    const bool torch_ok = torch_can_run_blockwise(a, b, scale_a, scale_b, bias, problem);
+    sm90::BlockwiseSelection s = sm90::select_blockwise_kernel(
+        problem.M, problem.N, problem.K, out_type, props.multiProcessorCount, /*allow_workspace=*/!capturing, torch_ok);
+    if (s.torch_blockwise) {
+      if (std::optional<Tensor> out = blockwise_via_torch(a, b, scale_a, scale_b, problem)) return *out;
+      s = sm90::select_blockwise_kernel(problem.M, problem.N, problem.K, out_type, props.multiProcessorCount,
+                                        /*allow_workspace=*/!capturing, /*torch_can_run=*/false);
+    }
+    kernel = s.kernel;
+  }
+  if (kernel == nullptr) {
+    static std::once_flag once;
+    warn_once(once, str("fp8ext.scaled_mm: this build has no block-scaled sm_90a kernel writing ",
+                        dtype_name(problem.out_dtype), "; using the float32 reference path (correct, much slower)"));
+    return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
+  }
+  Tensor out = st::new_empty(a, {problem.M, problem.N}, problem.out_dtype);
+  const sm90::BlockwiseParams p =
+      blockwise_params(a, b, scale_a, scale_b, bias, problem, out, props.multiProcessorCount, stream);
+  const sm90::LaunchResult r = launch(*kernel, p, a);  // stream-K's workspace from the caching allocator
+  FP8EXT_CHECK(r.ok, "fp8ext.scaled_mm: CUTLASS kernel '", kernel->name, "' failed at ", r.stage, ": ", r.detail,
+               " (M=", problem.M, ", N=", problem.N, ", K=", problem.K, ", lda=", p.lda, ", ldb=", p.ldb,
+               ", block-wise scales)");
+  return out;
 }
 
 Tensor scaled_mm_cuda(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, std::optional<Tensor> bias,
@@ -604,33 +675,57 @@ std::vector<std::string> blockwise_kernel_names() {
 // capture. `fits` and `residuals`: trial fits for scripts/fit_blockwise_dispatch.py; fits are [a0, b0, a1, b1, ...]
 // for the kernels of _blockwise_kernel_names in order, residuals [kernel index, log2 M, log2 N, log2 K, ln ratio,
 // ...] (blockwise_dispatch.h); both empty for the compiled-in ones. Needs no GPU.
+// torch_ok: the call is in torch's layouts with no bias (as the blockwise bench suite makes it), so that the
+// backstop may take it where M is a multiple of 4 and the output bf16; "torch._scaled_mm" names that choice.
+// Trial fits: the kernels', then torch's (two more numbers; its residuals have the index after the last kernel's),
+// the margin (kernel_advantage) and the M above which the backstop is considered (negative: the compiled-in ones).
 std::string selected_blockwise_kernel(int64_t M, int64_t N, int64_t K, ScalarType out_dtype, int64_t sm_count,
-                                      bool capturing, std::vector<double> fits, std::vector<double> residuals) {
+                                      bool capturing, std::vector<double> fits, std::vector<double> residuals,
+                                      bool torch_ok, double kernel_advantage, int64_t backstop_above_m) {
   if (const sm90::BlockwiseKernelEntry* forced = sm90::forced_blockwise_kernel()) return forced->name;
   const size_t kernels = sm90::all_blockwise_kernels().size();
-  std::vector<sm90::BlockwiseFit> trial;
-  std::vector<std::vector<sm90::BlockwiseResidual>> trial_residuals(kernels);
+  std::vector<std::vector<sm90::BlockwiseResidual>> trial_residuals(kernels + 1);  // the last: torch's
   FP8EXT_CHECK(residuals.size() % 5 == 0 && (residuals.empty() || !fits.empty()),
                "fp8ext._selected_blockwise_kernel: residuals come in fives, with trial fits");
   for (size_t i = 0; i < residuals.size(); i += 5) {
     const double at = residuals[i];
-    FP8EXT_CHECK(at >= 0 && at < double(kernels), "fp8ext._selected_blockwise_kernel: no kernel index ", at);
+    FP8EXT_CHECK(at >= 0 && at <= double(kernels), "fp8ext._selected_blockwise_kernel: no kernel index ", at);
     trial_residuals[size_t(at)].push_back({float(residuals[i + 1]), float(residuals[i + 2]), float(residuals[i + 3]),
                                            float(residuals[i + 4])});
   }
+  sm90::BlockwiseTrial trial{{}, sm90::torch_blockwise_fit()};
   if (!fits.empty()) {
-    FP8EXT_CHECK(fits.size() == 2 * kernels, "fp8ext._selected_blockwise_kernel: ",
-                 "expected two numbers per block-scaled kernel (", 2 * kernels, "), got ", fits.size());
-    for (size_t i = 0; i < kernels; ++i) trial.push_back({fits[2 * i], fits[2 * i + 1], trial_residuals[i]});
+    FP8EXT_CHECK(fits.size() == 2 * kernels || fits.size() == 2 * kernels + 2,
+                 "fp8ext._selected_blockwise_kernel: expected two numbers per block-scaled kernel (", 2 * kernels,
+                 "), and optionally two for torch, got ", fits.size());
+    for (size_t i = 0; i < kernels; ++i) trial.kernels.push_back({fits[2 * i], fits[2 * i + 1], trial_residuals[i]});
+    if (fits.size() == 2 * kernels + 2) {
+      trial.torch = {fits[2 * kernels], fits[2 * kernels + 1], trial_residuals[kernels]};
+    }
   }
-  const sm90::BlockwiseKernelEntry* k = sm90::select_blockwise_kernel(
-      M, N, K, to_out_type(out_dtype), static_cast<int>(sm_count), !capturing, trial.empty() ? nullptr : &trial);
-  return k != nullptr ? k->name : "";
+  if (kernel_advantage >= 0) trial.kernel_advantage = kernel_advantage;
+  if (backstop_above_m >= 0) trial.backstop_above_m = backstop_above_m;
+  const bool use_trial = !fits.empty() || kernel_advantage >= 0 || backstop_above_m >= 0;
+  if (use_trial && fits.empty()) {
+    for (const auto& k : sm90::all_blockwise_kernels()) trial.kernels.push_back(sm90::blockwise_fit(k));
+  }
+  const bool torch_can_run = torch_ok && M % 4 == 0 && !g_torch_blockwise_refused.load(std::memory_order_relaxed);
+  const sm90::BlockwiseSelection s =
+      sm90::select_blockwise_kernel(M, N, K, to_out_type(out_dtype), static_cast<int>(sm_count), !capturing,
+                                    torch_can_run, use_trial ? &trial : nullptr);
+  if (s.torch_blockwise) return "torch._scaled_mm";
+  return s.kernel != nullptr ? s.kernel->name : "";
 }
 
 // The serial work per SM, in MACs, that the dispatch's time model gives the named block-scaled kernel (0 for a
-// decode kernel), and its compiled-in fit: [W, a, b]. For scripts/fit_blockwise_dispatch.py.
+// decode kernel) or torch._scaled_mm (the backstop), and its compiled-in fit: [W, a, b]. For
+// scripts/fit_blockwise_dispatch.py.
 std::vector<double> blockwise_work_and_fit(std::string name, int64_t M, int64_t N, int64_t K, int64_t sm_count) {
+  if (name == "torch._scaled_mm") {  // the backstop, as the dispatch models it
+    const sm90::BlockwiseFit f = sm90::torch_blockwise_fit();
+    return {sm90::blockwise_work(sm90::torch_blockwise_traits(), M, N, K, static_cast<int>(sm_count)), f.a_us,
+            f.b_us_per_mac};
+  }
   const sm90::BlockwiseKernelEntry* k = sm90::find_blockwise_kernel(name);
   FP8EXT_CHECK(k != nullptr, "fp8ext._blockwise_work: no block-scaled kernel '", name, "' in this build");
   const sm90::BlockwiseFit f = sm90::blockwise_fit(*k);
@@ -797,7 +892,8 @@ STABLE_TORCH_LIBRARY_FRAGMENT(fp8ext, m) {
   m.def("_autotune_entries() -> str[]");
   m.def("_blockwise_kernel_names() -> str[]");
   m.def("_selected_blockwise_kernel(int M, int N, int K, ScalarType out_dtype, int sm_count, bool capturing=False, "
-        "float[] fits=[], float[] residuals=[]) -> str");
+        "float[] fits=[], float[] residuals=[], bool torch_ok=True, float kernel_advantage=-1.0, "
+        "int backstop_above_m=-1) -> str");
   m.def("_blockwise_work(str name, int M, int N, int K, int sm_count) -> float[]");
 }
 

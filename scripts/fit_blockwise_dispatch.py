@@ -11,13 +11,15 @@ on the relative error, over every row the kernel computes (the decode kernels on
 extension itself (the _blockwise_work op), so that the fit and the dispatch compute the same W: the serial work
 per SM of a tile kernel, the row-wise twin's predicted time of a decode kernel. Decode and tile kernels are thus
 compared in microseconds. The kernel's residuals on those rows, ln(measured / (a + b W)), are kept: the dispatch's
-correction c interpolates them (blockwise_dispatch.h).
+correction c interpolates them (blockwise_dispatch.h). torch._scaled_mm's block-wise path, the backstop, is fitted
+the same way on the rows torch ran (its `torch_blockwise_us`, M a multiple of 4), as a data-parallel 128 x 128
+tile; the margin by which a kernel must be predicted faster than torch is chosen on the scores below.
 
 The fits are scored by the dispatch's own picks (the _selected_blockwise_kernel op with the trial fits): the
-geomean over the rows of the picked kernel's time / the fastest kernel's, and the worst row; in sample, and
+geomean over the rows of the pick's time / the fastest's (kernels and torch), and the worst row; in sample, and
 leaving out one weight shape (N, K) at a time, which fits on the other shapes and scores the picks on the one left
-out, as a new model's weights will be. Held-out rows are never read: they judge the fits, in the next run of the
-suite.
+out, as a new model's weights will be. With the backstop, also torch's time / the pick's per M group over the rows
+torch ran, for each margin tried. Held-out rows are never read: they judge the fits, in the next run of the suite.
 """
 from __future__ import annotations
 
@@ -35,6 +37,10 @@ from fp8ext.bench.common import geomean
 ROOT = Path(__file__).resolve().parent.parent
 COEFFS = ROOT / "csrc" / "sm90" / "blockwise_cost_coeffs.inc"
 MIN_A_US = 0.5  # a fixed cost below this is no launch's: the fit is held there
+TORCH = "torch._scaled_mm"  # the backstop's name, as a pick and as a fit
+MARGINS = (0.0, 0.02, 0.04, 0.06, 0.08, 0.10)  # the kernel advantages tried
+ABOVE_M = (0, 32, 64, 128, 256)  # the M above which the backstop is considered, tried
+GROUPS = (("M<=128", lambda m: m <= 128), ("128<M<1024", lambda m: 128 < m < 1024), ("M>=1024", lambda m: m >= 1024))
 
 Fit = tuple[float, float, list[tuple[float, float, float, float]]]  # a, b, residuals (log2 M, N, K, ln ratio)
 
@@ -47,17 +53,23 @@ def tuning_rows(record: dict) -> list[dict]:
 
 
 def merge_rows(records: list[list[dict]]) -> list[dict]:
-    """One row per (M, N, K): each kernel's time the geometric mean of the records' (a failure in one is left out)."""
+    """One row per (M, N, K): each kernel's time, and torch's, the geometric mean of the records' (a failure in one
+    is left out)."""
     times: dict[tuple[int, int, int], dict[str, list[float]]] = {}
     for rows in records:
         for r in rows:
             per = times.setdefault((r["M"], r["N"], r["K"]), {})
-            for k, t in r["kernels_us"].items():
+            for k, t in [*r["kernels_us"].items(), (TORCH, r.get("torch_blockwise_us"))]:
                 if isinstance(t, (int, float)) and t > 0:
                     per.setdefault(k, []).append(float(t))
-    return [{"M": M, "N": N, "K": K, "split": "tune",
-             "kernels_us": {k: geomean(ts) for k, ts in per.items()}}
-            for (M, N, K), per in times.items()]
+    out = []
+    for (M, N, K), per in times.items():
+        row = {"M": M, "N": N, "K": K, "split": "tune",
+               "kernels_us": {k: geomean(ts) for k, ts in per.items() if k != TORCH}}
+        if TORCH in per:
+            row["torch_blockwise_us"] = geomean(per[TORCH])
+        out.append(row)
+    return out
 
 
 def work(name: str, r: dict, sm_count: int) -> float:
@@ -80,13 +92,20 @@ def fit_kernel(points: list[tuple[float, float]]) -> tuple[float, float]:
     return a, b
 
 
+def measured(name: str, r: dict):
+    """A kernel's (or torch's) time on a row; None where it was not timed or failed."""
+    t = r.get("torch_blockwise_us") if name == TORCH else r["kernels_us"].get(name)
+    return float(t) if isinstance(t, (int, float)) and t > 0 else None
+
+
 def fit(rows: list[dict], sm_count: int) -> dict[str, Fit]:
     built = set(fp8ext.blockwise_kernel_names())  # a kernel timed then but no longer built gets no fit
     names = sorted({k for r in rows for k in r["kernels_us"]} & built)
+    if any(measured(TORCH, r) for r in rows):
+        names.append(TORCH)
     out = {}
     for name in names:
-        points = [(work(name, r, sm_count), r["kernels_us"][name], r) for r in rows
-                  if isinstance(r["kernels_us"].get(name), (int, float))]
+        points = [(work(name, r, sm_count), measured(name, r), r) for r in rows if measured(name, r)]
         points = [p for p in points if p[0] > 0]  # a decode kernel without its row-wise twin: not fitted
         if len(points) < 2:
             continue
@@ -97,11 +116,19 @@ def fit(rows: list[dict], sm_count: int) -> dict[str, Fit]:
     return out
 
 
-def trial_fits(fits: dict[str, Fit], sm_count: int, with_residuals: bool = True) -> tuple[list[float], list[float]]:
+# fits, residuals, torch_ok, kernel advantage, backstop above M (the last two < 0: the compiled-in ones)
+Trial = tuple[list[float], list[float], bool, float, int]
+
+
+def trial_fits(fits: dict[str, Fit], sm_count: int, with_residuals: bool = True, torch_ok: bool = False,
+               margin: float = -1.0, above_m: int = -1) -> Trial:
     """The trial arguments of _selected_blockwise_kernel: [a0, b0, a1, b1, ...] for every built kernel in order (its
-    new fit, its bf16 twin's, or its compiled-in line), and the residuals [index, log2 M, log2 N, log2 K, r, ...]."""
+    new fit, its bf16 twin's, or its compiled-in line), then torch's where it has one, the residuals [index, log2 M,
+    log2 N, log2 K, r, ...] (torch's index after the last kernel's), whether the backstop may run, its margin and
+    the M above which it is considered."""
     flat, residuals = [], []
-    for i, name in enumerate(fp8ext.blockwise_kernel_names()):
+    names = fp8ext.blockwise_kernel_names()
+    for i, name in enumerate(names):
         twin = name.rsplit("_", 1)[0] + "_bf16"
         f = fits.get(name, fits.get(twin))
         if f is None:
@@ -111,45 +138,84 @@ def trial_fits(fits: dict[str, Fit], sm_count: int, with_residuals: bool = True)
         if with_residuals:
             for r in f[2]:
                 residuals += [float(i), *r]
-    return flat, residuals
+    if TORCH in fits:
+        flat += [fits[TORCH][0], fits[TORCH][1]]
+        if with_residuals:
+            for r in fits[TORCH][2]:
+                residuals += [float(len(names)), *r]
+    return flat, residuals, torch_ok, margin, above_m
 
 
-def score(rows: list[dict], trial: tuple[list[float], list[float]], sm_count: int) -> tuple[float, float]:
-    """(geomean, worst) of the picked kernel's time / the fastest timed kernel's, over the rows; a pick that was not
-    timed (it failed) disqualifies the fits. An empty trial scores the compiled-in fits."""
+def pick(r: dict, trial: Trial, sm_count: int) -> str:
+    return torch.ops.fp8ext._selected_blockwise_kernel(r["M"], r["N"], r["K"], torch.bfloat16, sm_count, False,
+                                                       *trial)
+
+
+def score(rows: list[dict], trial: Trial, sm_count: int) -> tuple[float, float]:
+    """(geomean, worst) of the pick's time / the fastest's (kernels, and torch where the trial lets it run), over
+    the rows; a pick that was not timed (it failed) disqualifies the fits. Empty fits score the compiled-in ones."""
     logs, worst = [], 0.0
     built = set(fp8ext.blockwise_kernel_names())
     for r in rows:
         times = {k: t for k, t in r["kernels_us"].items() if isinstance(t, (int, float)) and k in built}
-        pick = torch.ops.fp8ext._selected_blockwise_kernel(r["M"], r["N"], r["K"], torch.bfloat16, sm_count, False,
-                                                           *trial)
-        if pick not in times:
+        if trial[2] and measured(TORCH, r):
+            times[TORCH] = measured(TORCH, r)
+        p = pick(r, trial, sm_count)
+        if p not in times:
             return math.inf, math.inf
-        x = times[pick] / min(times.values())
+        x = times[p] / min(times.values())
         logs.append(math.log(x))
         worst = max(worst, x)
     return (math.exp(sum(logs) / len(logs)), worst) if logs else (math.inf, math.inf)
 
 
-def leave_one_shape_out(rows: list[dict], sm_count: int, with_residuals: bool) -> tuple[float, float]:
-    """The score of the picks on each weight shape (N, K) by fits made without that shape's rows."""
+def against_torch(rows: list[dict], trial: Trial, sm_count: int) -> list[float]:
+    """log(torch's time / the pick's) on each row torch ran (the acceptance's ratio)."""
+    out = []
+    for r in rows:
+        t = measured(TORCH, r)
+        if not t:
+            continue
+        p = pick(r, trial, sm_count)
+        out.append(math.log(t / (t if p == TORCH else r["kernels_us"][p])))
+    return out
+
+
+def leave_one_shape_out(rows: list[dict], sm_count: int, with_residuals: bool, torch_ok: bool = False,
+                        margin: float = -1.0, above_m: int = -1) -> tuple[float, float, dict[str, list[float]]]:
+    """The score of the picks on each weight shape (N, K) by fits made without that shape's rows; and the
+    log ratios against torch per M group."""
     logs, worst = [], 0.0
+    vs_torch: dict[str, list[float]] = {g: [] for g, _ in GROUPS}
     for shape in sorted({(r["N"], r["K"]) for r in rows}):
         rest = [r for r in rows if (r["N"], r["K"]) != shape]
         out = [r for r in rows if (r["N"], r["K"]) == shape]
-        g, w = score(out, trial_fits(fit(rest, sm_count), sm_count, with_residuals), sm_count)
+        trial = trial_fits(fit(rest, sm_count), sm_count, with_residuals, torch_ok, margin, above_m)
+        g, w = score(out, trial, sm_count)
         logs += [math.log(g)] * len(out)
         worst = max(worst, w)
-    return math.exp(sum(logs) / len(logs)), worst
+        for name, in_group in GROUPS:
+            vs_torch[name] += against_torch([r for r in out if in_group(r["M"])], trial, sm_count)
+    return math.exp(sum(logs) / len(logs)), worst, vs_torch
+
+
+def torch_summary(logs: dict[str, list[float]]) -> str:
+    """Geomean of torch / pick per M group, and the rows below 0.90."""
+    parts = [f"{g} {math.exp(sum(v) / len(v)):.3f}" if v else f"{g} -" for g, v in logs.items()]
+    low = sum(x < math.log(0.90) for v in logs.values() for x in v)
+    return ", ".join(parts) + f", rows < 0.90: {low}"
 
 
 def write(fits: dict[str, Fit], sources: list[str], result: tuple[float, float],
-          cross: tuple[float, float]) -> None:
+          cross: tuple[float, float], backstop: str) -> None:
     lines = ["// The block-wise dispatch's fits (blockwise_dispatch.h): per kernel {a us, b us per MAC, residuals},",
-             "// written by scripts/fit_blockwise_dispatch.py --write from the tuning part of",
+             "// torch._scaled_mm's (the backstop) the same way; written by scripts/fit_blockwise_dispatch.py --write",
+             "// from the tuning part of",
              *[f"//   {s}" for s in sources],
              f"// Picked / fastest kernel over those rows: geomean {result[0]:.4f}, worst {result[1]:.3f} in sample;",
              f"// {cross[0]:.4f}, worst {cross[1]:.3f}, leaving out one weight shape at a time.",
+             "// With the backstop, torch / pick, one weight shape left out:",
+             f"//   {backstop}.",
              "// b is us per MAC for a tile kernel, us per us of the row-wise twin's prediction for a decode kernel;",
              "// a residual is {log2 M, log2 N, log2 K, ln(measured / (a + b W))} of one tuning row.",
              ""]
@@ -170,6 +236,10 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("records", type=Path, nargs="+")
     p.add_argument("--write", action="store_true", help=f"write the fits to {COEFFS.relative_to(ROOT)}")
+    p.add_argument("--backstop", type=str, default=None, metavar="ABOVE_M,MARGIN",
+                   help="the backstop's lower M bound and kernel advantage to report with --write (default: of the "
+                        "pairs whose score, one shape left out, is within 0.001 of the best, the largest bound, then "
+                        "the largest margin: the model errs more on unseen shapes, and torch is the yardstick)")
     args = p.parse_args()
     if not fp8ext.blockwise_kernel_names():
         raise SystemExit("needs a CUDA build of fp8ext (its dispatch picks among the built kernels)")
@@ -179,7 +249,7 @@ def main() -> int:
         raise SystemExit(f"the records come from GPUs with different SM counts: {sorted(sm_counts)}")
     sm_count = sm_counts.pop()
     rows = merge_rows([tuning_rows(r) for r in records])
-    before = score(rows, ([], []), sm_count)
+    before = score(rows, ([], [], False, -1.0, -1), sm_count)
     fits = fit(rows, sm_count)
     line = score(rows, trial_fits(fits, sm_count, with_residuals=False), sm_count)
     after = score(rows, trial_fits(fits, sm_count), sm_count)
@@ -189,19 +259,38 @@ def main() -> int:
     for n, (a, b, res) in sorted(fits.items()):
         spread = max(abs(r[3]) for r in res) if res else 0.0
         print(f"  {n:40s} a {a:8.3f} us   b {b:.4g}   residuals {len(res):3d}, largest |ln| {spread:.3f}")
-    print("picked / fastest kernel, geomean and worst row:")
+    print("picked / fastest kernel, geomean and worst row (kernels only):")
     print(f"  compiled-in fits:           {before[0]:.4f}  {before[1]:.3f}")
     print(f"  new lines only:             {line[0]:.4f}  {line[1]:.3f}   one shape left out: "
           f"{line_out[0]:.4f}  {line_out[1]:.3f}")
     print(f"  new lines with residuals:   {after[0]:.4f}  {after[1]:.3f}   one shape left out: "
           f"{after_out[0]:.4f}  {after_out[1]:.3f}")
+    print("torch / pick over the rows torch ran, one weight shape left out:")
+    print(f"  kernels only:               {torch_summary(after_out[2])}")
+    backstop = {}
+    if TORCH in fits:
+        print("with the backstop (pick / fastest of kernels and torch; torch / pick), one weight shape left out:")
+        for above_m in ABOVE_M:
+            for margin in MARGINS:
+                g, w, logs = leave_one_shape_out(rows, sm_count, True, torch_ok=True, margin=margin, above_m=above_m)
+                backstop[above_m, margin] = (g, torch_summary(logs))
+                print(f"  M > {above_m:3d}, margin {margin:.2f}:  {g:.4f}  worst {w:.3f};  "
+                      f"{backstop[above_m, margin][1]}")
     if args.write:
         sources = []
         for path in args.records:
             path = path.resolve()
             sources.append(str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name)
-        write(fits, sources, after, after_out)
-        print(f"wrote {COEFFS.relative_to(ROOT)}; rebuild to use it")
+        best = min(g for g, _ in backstop.values()) if backstop else 0.0
+        if args.backstop:
+            chosen = tuple(t(x) for t, x in zip((int, float), args.backstop.split(",")))
+        else:
+            best = min(g for g, _ in backstop.values()) if backstop else 0.0
+            chosen = max((k for k, (g, _) in backstop.items() if g <= best + 0.001), default=(0, 0.0))
+        summary = backstop.get(chosen, (0, "-"))[1]
+        write(fits, sources, after, after_out, f"M > {chosen[0]}, margin {chosen[1]:.2f}: {summary}")
+        print(f"wrote {COEFFS.relative_to(ROOT)} (set kBlockwiseBackstopAboveM to {chosen[0]} and "
+              f"kBlockwiseKernelAdvantage to {chosen[1]:.2f}); rebuild to use it")
     return 0
 
 

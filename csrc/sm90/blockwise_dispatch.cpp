@@ -7,6 +7,7 @@
 #include <string>
 
 #include "sm90/cost_model.h"
+#include "sm90/dispatch.h"  // torch_backstop_enabled
 #include "sm90/kernel_registry.h"
 #include "sm90/selection_memo.h"
 
@@ -33,25 +34,31 @@ const BlockwiseFit* own_fit(std::string_view name) {
   return nullptr;
 }
 
+// The name of torch's row in kFits.
+constexpr std::string_view kTorchFitName = "torch._scaled_mm";
+
 std::atomic<const BlockwiseKernelEntry*> g_forced{nullptr};
 
 // The memo of the compiled-in selections (selection_memo.h): everything select_blockwise_kernel reads.
 struct SelectionKey {
   int64_t M, N, K;
   int out, sm_count;
-  bool allow_workspace;
+  bool allow_workspace, backstop;
   bool operator==(const SelectionKey&) const = default;
 };
 struct SelectionKeyHash {
   size_t operator()(const SelectionKey& k) const {
     return hash_fields({uint64_t(k.M), uint64_t(k.N), uint64_t(k.K), uint64_t(k.out), uint64_t(k.sm_count),
-                        uint64_t(k.allow_workspace)});
+                        uint64_t(k.allow_workspace), uint64_t(k.backstop)});
   }
 };
-SelectionMemo<SelectionKey, const BlockwiseKernelEntry*, SelectionKeyHash> g_selections;
+SelectionMemo<SelectionKey, BlockwiseSelection, SelectionKeyHash> g_selections;
 
-const BlockwiseKernelEntry* select_uncached(int64_t M, int64_t N, int64_t K, OutType out, int sm_count,
-                                            bool allow_workspace, const std::vector<BlockwiseFit>* fits) {
+// The fastest predicted kernel, then torch's path in its place where `backstop`, M is above the backstop's lower
+// bound and the kernel is not predicted at least the margin faster (or no fitted kernel computes the call).
+BlockwiseSelection select_uncached(int64_t M, int64_t N, int64_t K, OutType out, int sm_count, bool allow_workspace,
+                                   bool backstop, const BlockwiseTrial* trial) {
+  const std::vector<BlockwiseFit>* fits = trial != nullptr ? &trial->kernels : nullptr;
   const std::vector<BlockwiseKernelEntry>& kernels = all_blockwise_kernels();
   // The fastest fitted kernel; the unfitted ones (a kernel not yet timed on the tuning rows) only where no fitted
   // kernel computes the call.
@@ -70,10 +77,36 @@ const BlockwiseKernelEntry* select_uncached(int64_t M, int64_t N, int64_t K, Out
       best_us[u] = us;
     }
   }
-  return best[0] != nullptr ? best[0] : best[1];
+  BlockwiseSelection s{best[0] != nullptr ? best[0] : best[1], false};
+  const int64_t above_m = trial ? trial->backstop_above_m : kBlockwiseBackstopAboveM;
+  if (backstop && out == OutType::kBF16 && M > above_m) {
+    const double torch_us = torch_blockwise_predicted_us(M, N, K, sm_count, trial ? &trial->torch : nullptr);
+    const double advantage = trial ? trial->kernel_advantage : kBlockwiseKernelAdvantage;
+    if (torch_us > 0.0 && (best[0] == nullptr || best_us[0] > torch_us * (1.0 - advantage))) {
+      s = BlockwiseSelection{nullptr, true};
+    }
+  }
+  return s;
 }
 
 }  // namespace
+
+BlockwiseTraits torch_blockwise_traits() {
+  return BlockwiseTraits{128, 128, 128, 1, 1, Schedule::kCooperative, OutType::kBF16, /*swap_ab=*/false};
+}
+
+BlockwiseFit torch_blockwise_fit() {
+  if (const BlockwiseFit* f = own_fit(kTorchFitName)) return *f;
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  return BlockwiseFit{kNaN, kNaN};
+}
+
+double torch_blockwise_predicted_us(int64_t M, int64_t N, int64_t K, int sm_count, const BlockwiseFit* fit) {
+  const BlockwiseFit f = fit != nullptr ? *fit : torch_blockwise_fit();
+  if (!f.fitted() || sm_count <= 0) return -1.0;
+  const double w = blockwise_work(torch_blockwise_traits(), M, N, K, sm_count);
+  return (f.a_us + f.b_us_per_mac * w) * std::exp(residual_correction(f.residuals, M, N, K));
+}
 
 double blockwise_work(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K, int sm_count) {
   if (sm_count <= 0) return 0.0;
@@ -126,11 +159,13 @@ double blockwise_predicted_us(const BlockwiseKernelEntry& kernel, int64_t M, int
   return (f.a_us + f.b_us_per_mac * w) * std::exp(residual_correction(f.residuals, M, N, K));
 }
 
-const BlockwiseKernelEntry* select_blockwise_kernel(int64_t M, int64_t N, int64_t K, OutType out, int sm_count,
-                                                    bool allow_workspace, const std::vector<BlockwiseFit>* fits) {
-  if (fits != nullptr) return select_uncached(M, N, K, out, sm_count, allow_workspace, fits);
-  const SelectionKey key{M, N, K, int(out), sm_count, allow_workspace};
-  return g_selections.get(key, [&] { return select_uncached(M, N, K, out, sm_count, allow_workspace, nullptr); });
+BlockwiseSelection select_blockwise_kernel(int64_t M, int64_t N, int64_t K, OutType out, int sm_count,
+                                           bool allow_workspace, bool torch_can_run, const BlockwiseTrial* trial) {
+  const bool backstop = torch_can_run && torch_backstop_enabled();
+  if (trial != nullptr) return select_uncached(M, N, K, out, sm_count, allow_workspace, backstop, trial);
+  const SelectionKey key{M, N, K, int(out), sm_count, allow_workspace, backstop};
+  return g_selections.get(key,
+                          [&] { return select_uncached(M, N, K, out, sm_count, allow_workspace, backstop, nullptr); });
 }
 
 const BlockwiseKernelEntry* forced_blockwise_kernel() { return g_forced.load(); }

@@ -28,6 +28,13 @@
 // keeps the straight line. Kernels without a fit borrow the bf16 kernel of the same tile (fit and residuals). A
 // kernel with neither (one added since the last fit) is taken only where no fitted kernel computes the call, with
 // defaults (datasheet-level for tiles, the twin's time as it is for decode).
+//
+// torch._scaled_mm's block-wise path (cuBLASLt) is the backstop, as torch's row-wise path is for the row-wise
+// family (dispatch.h): it is modelled the same way, as a data-parallel 128 x 128 tile with its own fit and
+// residuals (the "torch._scaled_mm" row of the fits), and it runs the call where the best kernel is not predicted
+// at least kBlockwiseKernelAdvantage faster. Only above kBlockwiseBackstopAboveM, where the caller says torch can
+// take the call as given (M a multiple of 4, torch's scale layouts, bf16 output, no bias: scaled_mm_cuda.cpp) and
+// the torch backend is on.
 // scripts/fit_blockwise_dispatch.py fits them on the tuning part of the blockwise suite (DeepSeek-V3's layers,
 // every kernel timed, every M); the zoo's held-out rows judge them. Selections are memoized per problem.
 #pragma once
@@ -59,6 +66,15 @@ struct BlockwiseFit {
   bool fitted() const { return std::isfinite(a_us) && std::isfinite(b_us_per_mac); }
 };
 
+// Where the backstop is considered, and by what margin the best kernel's prediction must beat torch's for the
+// kernel to run (the time model's own error near a decision). Both chosen by scripts/fit_blockwise_dispatch.py on
+// the tuning rows, one weight shape left out at a time (docs/blockwise.md has the scan): letting torch take calls at
+// M <= 64 lost there (on every tuning row at M <= 128 the fastest kernel beat torch, by 1.00-1.50x; torch's time
+// hardly moves with M at that size, and its prediction ties with the kernels', so a small error hands it a call it
+// loses), and margins of 0 to 0.04 scored alike.
+constexpr int64_t kBlockwiseBackstopAboveM = 64;
+constexpr double kBlockwiseKernelAdvantage = 0.04;
+
 // c of the formula above for (M, N, K); 0 without residuals.
 double residual_correction(std::span<const BlockwiseResidual> residuals, int64_t M, int64_t N, int64_t K);
 
@@ -74,12 +90,35 @@ BlockwiseFit blockwise_fit(const BlockwiseKernelEntry& kernel);
 double blockwise_predicted_us(const BlockwiseKernelEntry& kernel, int64_t M, int64_t N, int64_t K, OutType out,
                               int sm_count, const BlockwiseFit* fit = nullptr);
 
-// The kernel dispatch runs; nullptr when none was built for the output type. allow_workspace = false (inside CUDA
-// graph capture) leaves out the stream-K kernels, which need a workspace. Memoized per problem when `fits` is
+// What torch._scaled_mm's block-wise path is modelled as: a data-parallel 128 x 128 tile, bf16 output.
+BlockwiseTraits torch_blockwise_traits();
+// Its fit (the "torch._scaled_mm" row of blockwise_cost_coeffs.inc); NaN (never preferred) without one.
+BlockwiseFit torch_blockwise_fit();
+// Its predicted time on the call, or a negative value without a fit.
+double torch_blockwise_predicted_us(int64_t M, int64_t N, int64_t K, int sm_count, const BlockwiseFit* fit = nullptr);
+
+// Fits to try in place of the compiled-in ones (scripts/fit_blockwise_dispatch.py): one per kernel of
+// all_blockwise_kernels(), in its order, torch's, and the margin.
+struct BlockwiseTrial {
+  std::vector<BlockwiseFit> kernels;
+  BlockwiseFit torch;
+  double kernel_advantage = kBlockwiseKernelAdvantage;
+  int64_t backstop_above_m = kBlockwiseBackstopAboveM;
+};
+
+struct BlockwiseSelection {
+  const BlockwiseKernelEntry* kernel = nullptr;  // null when torch runs the call or no kernel computes it
+  bool torch_blockwise = false;                  // run torch._scaled_mm block-wise instead
+};
+
+// What the default dispatch runs. The kernel is null and torch_blockwise false when no kernel was built for the
+// output type. allow_workspace = false (inside CUDA graph capture) leaves out the stream-K kernels, which need a
+// workspace. torch_can_run: the caller's word that torch._scaled_mm takes the call as given; the backstop is then
+// considered while the torch backend is on (dispatch.h, set_torch_backstop). Memoized per problem when `trial` is
 // null (the compiled-in fits).
-const BlockwiseKernelEntry* select_blockwise_kernel(int64_t M, int64_t N, int64_t K, OutType out, int sm_count,
-                                                    bool allow_workspace,
-                                                    const std::vector<BlockwiseFit>* fits = nullptr);
+BlockwiseSelection select_blockwise_kernel(int64_t M, int64_t N, int64_t K, OutType out, int sm_count,
+                                           bool allow_workspace, bool torch_can_run,
+                                           const BlockwiseTrial* trial = nullptr);
 
 // A kernel forced by name (fp8ext.force_kernel with a "bw_" name); nullptr for none. Process-wide.
 const BlockwiseKernelEntry* forced_blockwise_kernel();

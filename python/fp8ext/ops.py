@@ -188,14 +188,18 @@ def blockwise_kernel_names() -> list[str]:
 
 
 def selected_blockwise_kernel(M: int, N: int, K: int, out_dtype: torch.dtype = torch.bfloat16,
-                              capturing: bool = False) -> Optional[str]:
-    """What a block-wise call of this shape runs on this GPU (a forced block-scaled kernel, else dispatch's pick:
-    csrc/sm90/blockwise_dispatch.h; inside CUDA-graph capture never a stream-K one). None if no block-scaled
+                              capturing: bool = False, torch_ok: bool = True) -> Optional[str]:
+    """What a block-wise call of this shape runs on this GPU: a forced block-scaled kernel, else dispatch's pick
+    (csrc/sm90/blockwise_dispatch.h; inside CUDA-graph capture never a stream-K one), which is
+    ``"torch._scaled_mm"`` where torch's block-wise path is predicted faster (the backstop: only for M a multiple
+    of 4 and bf16 output; ``torch_ok=False`` says torch cannot take the call as given, e.g. it has a bias or its
+    scales are not in torch's layouts; ``set_backends("fp8ext")`` turns the backstop off). None if no block-scaled
     kernel of this build writes ``out_dtype``."""
     if not _has_cuda_kernels():
         return None
     sm_count = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    return torch.ops.fp8ext._selected_blockwise_kernel(M, N, K, out_dtype, sm_count, capturing) or None
+    return torch.ops.fp8ext._selected_blockwise_kernel(M, N, K, out_dtype, sm_count, capturing,
+                                                       torch_ok=torch_ok) or None
 
 
 def kernel_names() -> list[str]:
@@ -233,8 +237,9 @@ def selected_kernel(M: int, N: int, K: int, out_dtype: torch.dtype = torch.bfloa
 
 
 def set_backends(backends: str) -> None:
-    """``"fp8ext,torch"`` (the default): dispatch may hand a call to torch._scaled_mm's row-wise path where the
-    cost model predicts it faster. ``"fp8ext"``: fp8ext's own kernels only. Process-wide; the environment
+    """``"fp8ext,torch"`` (the default): dispatch may hand a call to torch._scaled_mm (its row-wise path for
+    row-wise scales, its block-wise path for block-wise ones) where the cost model predicts it faster.
+    ``"fp8ext"``: fp8ext's own kernels only. Process-wide; the environment
     variable FP8EXT_BACKENDS sets the same at start-up."""
     if not _has_cuda_kernels():
         raise RuntimeError("fp8ext.set_backends: this build has no CUDA kernels")
