@@ -194,10 +194,10 @@ def test_dispatch_fit_recovers_a_linear_time_model_and_scores_the_dispatch_own_p
     # With the true model the dispatch picks the fastest kernel on every row.
     assert fit.score(rows, fit.trial_fits(fits, 132), 132) == (1.0, 1.0)
     # A pick that was not timed (it failed) disqualifies the fits.
-    flat, residuals = fit.trial_fits(fits, 132)
+    flat, residuals, *_ = fit.trial_fits(fits, 132)
     pick = torch.ops.fp8ext._selected_blockwise_kernel(64, 7168, 2048, torch.bfloat16, 132, False, flat, residuals)
     untimed = {**rows[0], "kernels_us": {k: t for k, t in rows[0]["kernels_us"].items() if k != pick}}
-    assert fit.score([untimed], (flat, residuals), 132) == (math.inf, math.inf)
+    assert fit.score([untimed], (flat, residuals, False, -1.0, -1), 132) == (math.inf, math.inf)
     # A kernel without a fit (NaN) is taken only where no fitted kernel computes the call.
     unfitted = list(flat)
     at = 2 * fp8ext.blockwise_kernel_names().index(pick)
@@ -214,7 +214,7 @@ def test_dispatch_fit_recovers_a_linear_time_model_and_scores_the_dispatch_own_p
     decode = [k for k in fp8ext.blockwise_kernel_names() if k.endswith("_bf16") and "_gemv_" in k]
     for k in decode:
         assert fit.work(k, {"M": 1, "N": 4096, "K": 7168}, 132) > 0
-    flat, _ = fit.trial_fits({k: (0.0, 1e-9, []) for k in decode}, 132)
+    flat, *_ = fit.trial_fits({k: (0.0, 1e-9, []) for k in decode}, 132)
     assert torch.ops.fp8ext._selected_blockwise_kernel(1, 4096, 7168, torch.bfloat16, 132, False, flat) in decode
     assert torch.ops.fp8ext._selected_blockwise_kernel(33, 4096, 7168, torch.bfloat16, 132, False, flat) not in decode
 
@@ -233,9 +233,11 @@ def test_dispatch_residuals_correct_the_line_near_their_rows_only():
     lines = {k: (1e6, 0.0, []) for k in tiles}
     lines[first] = (1.0, 1.0 / w1 * 99.0, [])
     lines[second] = (1.0, 1.0 / w2 * 109.0, [])
-    flat, _ = fit.trial_fits(lines, 132)
+    flat, *_ = fit.trial_fits(lines, 132)
     names = fp8ext.blockwise_kernel_names()
-    select = torch.ops.fp8ext._selected_blockwise_kernel
+    def select(*args):  # the kernels alone: the backstop has its own test
+        return torch.ops.fp8ext._selected_blockwise_kernel(*args, torch_ok=False)
+
     assert select(4096, 7168, 7168, torch.bfloat16, 132, False, flat) == first
     # `first` measured 30% slower than its line on this very shape: weight 1, so c = ln(1.3) / 1.05 and the
     # prediction 100 * 1.3^(1 / 1.05) = 128 us, above `second`'s 110: the correction flips the pick.
@@ -249,6 +251,70 @@ def test_dispatch_residuals_correct_the_line_near_their_rows_only():
         select(4096, 7168, 7168, torch.bfloat16, 132, False, flat, at_shape[:4])
     with pytest.raises(RuntimeError, match="residuals come in fives"):
         select(4096, 7168, 7168, torch.bfloat16, 132, False, [], at_shape)
+
+
+def test_dispatch_backstop_takes_calls_torch_is_predicted_faster_on():
+    # blockwise_dispatch.h: torch._scaled_mm block-wise runs where the best kernel is not predicted at least the
+    # margin faster, only above the backstop's lower M bound, for M a multiple of 4, bf16 output, and only where
+    # the caller says torch can take the call.
+    if not fp8ext.blockwise_kernel_names():
+        pytest.skip("a CPU-only build has no block-scaled kernels to pick from")
+    names = fp8ext.blockwise_kernel_names()
+    flat_kernels = [100.0, 0.0] * len(names)  # every kernel 100 us
+
+    def select(M, torch_us, margin, above_m=64, torch_ok=True, out_dtype=torch.bfloat16):
+        return torch.ops.fp8ext._selected_blockwise_kernel(M, 4096, 4096, out_dtype, 132, False,
+                                                           flat_kernels + [torch_us, 0.0], [], torch_ok, margin,
+                                                           above_m)
+
+    TORCH = "torch._scaled_mm"
+    assert select(512, 90.0, 0.04) == TORCH
+    assert select(512, 103.0, 0.04) == TORCH  # the kernel is not 4% faster
+    assert select(512, 105.0, 0.04) != TORCH  # it is (100 < 105 * 0.96)
+    assert select(512, 103.0, 0.0) != TORCH
+    assert select(512, 90.0, 0.04, torch_ok=False) != TORCH
+    assert select(514, 90.0, 0.04) != TORCH  # cuBLASLt takes M a multiple of 4 only
+    assert select(64, 90.0, 0.04) != TORCH and select(68, 90.0, 0.04) == TORCH  # above M = 64 only
+    assert select(512, 90.0, 0.04, out_dtype=torch.float16) != TORCH
+    backends = fp8ext.backends()
+    try:
+        fp8ext.set_backends("fp8ext")
+        assert select(512, 90.0, 0.04) != TORCH
+    finally:
+        fp8ext.set_backends(backends)
+    # Without a fit torch is never preferred.
+    assert select(512, math.nan, 0.04) != TORCH
+    # The compiled-in dispatch: never torch at M <= 64, where torch_ok is false, or where M is not a multiple of 4.
+    for M in (1, 4, 16, 64, 130, 1000, 4096, 16384):
+        for N, K in ((7168, 7168), (36864, 7168), (2048, 768)):
+            pick = torch.ops.fp8ext._selected_blockwise_kernel(M, N, K, torch.bfloat16, 132, False, torch_ok=False)
+            assert pick in names
+            if M <= 64 or M % 4:
+                assert torch.ops.fp8ext._selected_blockwise_kernel(M, N, K, torch.bfloat16, 132, False) in names
+
+
+def test_fit_script_fits_torch_as_the_backstop():
+    if not fp8ext.blockwise_kernel_names():
+        pytest.skip("a CPU-only build has no block-scaled kernels to pick from")
+    fit = _fit_script()
+    tiles = [k for k in fp8ext.blockwise_kernel_names() if k.endswith("_bf16") and "_gemv_" not in k]
+    rows = []
+    for M, N, K in ((256, 7168, 2048), (512, 4096, 7168), (4096, 7168, 16384), (1024, 36864, 7168)):
+        shape = {"M": M, "N": N, "K": K}
+        times = {k: 5.0 + 2e-7 * fit.work(k, shape, 132) for k in tiles}
+        rows.append({**shape, "split": "tune", "kernels_us": times,
+                     "torch_blockwise_us": 4.0 + 1e-7 * fit.work(fit.TORCH, shape, 132)})
+    fits = fit.fit(rows, 132)
+    assert fits[fit.TORCH][0] == pytest.approx(4.0, rel=1e-6) and fits[fit.TORCH][1] == pytest.approx(1e-7, rel=1e-6)
+    # torch's true line is the fastest on every row here: with the backstop the picks are torch's, and perfect.
+    trial = fit.trial_fits(fits, 132, torch_ok=True, margin=0.02, above_m=64)
+    assert all(fit.pick(r, trial, 132) == fit.TORCH for r in rows)
+    assert fit.score(rows, trial, 132) == (1.0, 1.0)
+    assert fit.against_torch(rows, trial, 132) == [0.0] * len(rows)
+    # Records merge torch's times as the kernels' (geometric mean; a failure left out).
+    failed = [{**r, "torch_blockwise_us": "failed: CUBLAS_STATUS_NOT_SUPPORTED"} for r in rows]
+    merged = fit.merge_rows([rows, failed])
+    assert [m["torch_blockwise_us"] for m in merged] == pytest.approx([r["torch_blockwise_us"] for r in rows])
 
 
 # ---- GPU ----
@@ -335,7 +401,7 @@ def test_default_dispatch_against_float64(M):
     a, b, sa, sb = random_blockwise_operands(M, 2048, 1536, device=DEV)
     out = fp8ext.scaled_mm(a, b, sa, sb)
     check_against_reference(out, a, b, sa, sb, use_fast_accum=False, what=f"dispatch M={M}")
-    assert fp8ext.selected_blockwise_kernel(M, 2048, 1536) in fp8ext.blockwise_kernel_names()
+    assert fp8ext.selected_blockwise_kernel(M, 2048, 1536) in fp8ext.blockwise_kernel_names() + ["torch._scaled_mm"]
 
 
 @pytest.mark.gpu
@@ -410,6 +476,106 @@ def test_matches_torch_scaled_mm_blockwise():
     check_against_reference(out, a, b, sa, sb, use_fast_accum=False, what="fp8ext next to torch blockwise")
     # Both round the same sums to bf16: they agree to about bf16's precision, with the layouts read alike.
     assert ((out.float() - ref.float()).norm() / ref.float().norm()).item() < 2.0**-7
+
+
+def _torch_blockwise_or_skip():
+    a, b, sa, sb = random_blockwise_operands(128, 256, 256, device=DEV)
+    try:
+        torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
+    except (RuntimeError, NotImplementedError) as e:
+        pytest.skip(f"torch._scaled_mm takes no block-wise scales here: {str(e).splitlines()[0]}")
+
+
+# Large problems, where cuBLASLt's block-wise kernels beat fp8ext's on every tuning row: the dispatch must hand at
+# least one of them to torch.
+BACKSTOP_SHAPES = [(4096, 7168, 7168), (16384, 7168, 2048), (4096, 36864, 7168), (1024, 24576, 1536)]
+
+
+def _backstop_shape():
+    shape = next((s for s in BACKSTOP_SHAPES if fp8ext.selected_blockwise_kernel(*s) == "torch._scaled_mm"), None)
+    assert shape is not None, "the block-wise dispatch hands none of the large problems to torch"
+    return shape
+
+
+@pytest.mark.gpu
+def test_backstop_runs_torch_on_the_same_tensors():
+    _torch_blockwise_or_skip()
+    M, N, K = _backstop_shape()
+    a, b, sa, sb = random_blockwise_operands(M, N, K, device=DEV)
+    out = fp8ext.scaled_mm(a, b, sa, sb)
+    # The very call torch makes, on the same tensors (torch takes no fast accumulation with block-wise scales).
+    assert torch.equal(out, torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16))
+    rows = torch.randperm(M, device=DEV)[:64]
+    check_against_reference(out[rows], a[rows], b, sa[rows], sb, use_fast_accum=False, what="block-wise backstop")
+    # What torch cannot take as given runs on a kernel, within the same bound: a bias, scales not in torch's
+    # layouts, an M that is not a multiple of 4. Had any of them reached torch, torch would have refused it and
+    # the backstop would be off now (test_backstop_refused_by_torch_falls_back_to_the_kernels).
+    bias = torch.randn(N, device=DEV).to(torch.bfloat16)
+    assert fp8ext.selected_blockwise_kernel(M, N, K, torch_ok=False) in fp8ext.blockwise_kernel_names()
+    cases = {"bias": ((a, b, sa, sb), bias),
+             "contiguous scales": ((a, b, sa.contiguous(), sb.contiguous()), None),
+             "M - 2": ((a[:-2], b, sa[:-2], sb), None)}
+    some = torch.randperm(M - 2, device=DEV)[:64]
+    for what, ((a_, b_, sa_, sb_), bias_) in cases.items():
+        got = fp8ext.scaled_mm(a_, b_, sa_, sb_, bias=bias_)
+        check_against_reference(got[some], a_[some], b_, sa_[some], sb_, bias_, use_fast_accum=False,
+                                what=f"block-wise, {what}")
+    assert fp8ext.selected_blockwise_kernel(M, N, K) == "torch._scaled_mm"
+    # And nothing goes to torch with the backstop off.
+    backends = fp8ext.backends()
+    try:
+        fp8ext.set_backends("fp8ext")
+        assert fp8ext.selected_blockwise_kernel(M, N, K) in fp8ext.blockwise_kernel_names()
+        own = fp8ext.scaled_mm(a, b, sa, sb)
+        check_against_reference(own[rows], a[rows], b, sa[rows], sb, use_fast_accum=False, what="backstop off")
+    finally:
+        fp8ext.set_backends(backends)
+
+
+@pytest.mark.gpu
+def test_backstop_in_cuda_graph():
+    _torch_blockwise_or_skip()
+    M, N, K = _backstop_shape()
+    a, b, sa, sb = random_blockwise_operands(M, N, K, device=DEV)
+    assert fp8ext.selected_blockwise_kernel(M, N, K, capturing=True) == "torch._scaled_mm"
+    fp8ext.scaled_mm(a, b, sa, sb)  # warm-up outside capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fp8ext.scaled_mm(a, b, sa, sb)
+    a2, b2, sa2, sb2 = random_blockwise_operands(M, N, K, device=DEV)
+    for dst, src in ((a, a2), (b, b2), (sa, sa2), (sb, sb2)):
+        dst.copy_(src)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16))
+
+
+@pytest.fixture
+def plant():
+    yield torch.ops.fp8ext._testing_fault
+    torch.ops.fp8ext._testing_fault("")  # also turns the backstop back on after a refusal
+
+
+@pytest.mark.gpu
+def test_backstop_refused_by_torch_falls_back_to_the_kernels(plant):
+    # A torch whose block-wise checks differ from 2.11's refuses a call the backstop admitted: fp8ext warns once,
+    # computes the call on its kernels, and hands torch no more block-wise calls.
+    _torch_blockwise_or_skip()
+    M, N, K = _backstop_shape()
+    a, b, sa, sb = random_blockwise_operands(M, N, K, device=DEV)
+    plant("blockwise=refused")
+    with pytest.warns(UserWarning, match="torch._scaled_mm refused a block-wise call"):
+        out = fp8ext.scaled_mm(a, b, sa, sb)
+    rows = torch.randperm(M, device=DEV)[:64]
+    check_against_reference(out[rows], a[rows], b, sa[rows], sb, use_fast_accum=False, what="after a refusal")
+    assert fp8ext.selected_blockwise_kernel(M, N, K) in fp8ext.blockwise_kernel_names()
+    plant("")
+    assert fp8ext.selected_blockwise_kernel(M, N, K) == "torch._scaled_mm"
+    # Out of memory is the caller's, not a refusal.
+    plant("blockwise=oom")
+    with pytest.raises(torch.OutOfMemoryError, match="planted by fp8ext._testing_fault"):
+        fp8ext.scaled_mm(a, b, sa, sb)
+    assert fp8ext.selected_blockwise_kernel(M, N, K) == "torch._scaled_mm"
 
 
 @pytest.mark.gpu
