@@ -542,7 +542,7 @@ Tensor linear_cuda(Tensor x, Tensor weight, Tensor weight_scale, std::optional<T
   out_shape.back() = problem.N;
   if (problem.M == 0) return st::new_empty(x, out_shape, problem.out_dtype);
 
-  QuantizeRowwiseCall q = prepare_quantize_rowwise(x, ScalarType::Float8_e4m3fn, std::nullopt);
+  QuantizeRowwiseCall q = allocate_quantize_rowwise(x, lp.quant);  // x was checked with the rest, above
   const cudaStream_t stream = current_cuda_stream(device);
   const cudaError_t err = launch_quantize_rowwise(q.params, stream);
   FP8EXT_CHECK(err == cudaSuccess, "fp8ext.linear: CUDA error: ", cudaGetErrorString(err));
