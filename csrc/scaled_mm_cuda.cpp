@@ -178,17 +178,29 @@ Params common_params(const Tensor& a, const Tensor& b, const std::optional<Tenso
                                a.get_device_index(), sm_count, stream);
 }
 
-// The row-wise kernel parameters of one call.
+// The row-wise kernel parameters of one call: common_params', a's FP8 type, and the scales (M values of scale_a
+// when problem.scale_a_per_row, N of scale_b when problem.scale_b_per_col, else one value each). From pointers,
+// for fp8ext.linear, which launches on the quantize's outputs without making tensor views of them.
+sm90::GemmParams gemm_params(Operand a, Operand b, const float* scale_a, const float* scale_b, bool a_is_e5m2,
+                             const void* bias, void* out, const ScaledMmProblem& problem, int device, int sm_count,
+                             cudaStream_t stream) {
+  auto p = common_params<sm90::GemmParams>(a, b, bias, out, problem, device, sm_count, stream);
+  p.a_is_e5m2 = a_is_e5m2;
+  p.scale_a = scale_a;
+  p.scale_a_per_row = problem.scale_a_per_row;
+  p.scale_b = scale_b;
+  p.scale_b_per_col = problem.scale_b_per_col;
+  return p;
+}
+
+// The same from scaled_mm's tensors.
 sm90::GemmParams gemm_params(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                              const std::optional<Tensor>& bias, const ScaledMmProblem& problem, const Tensor& out,
                              int sm_count, cudaStream_t stream) {
-  auto p = common_params<sm90::GemmParams>(a, b, bias, problem, out, sm_count, stream);
-  p.a_is_e5m2 = a.scalar_type() == ScalarType::Float8_e5m2;
-  p.scale_a = static_cast<const float*>(scale_a.data_ptr());
-  p.scale_a_per_row = problem.scale_a_per_row;
-  p.scale_b = static_cast<const float*>(scale_b.data_ptr());
-  p.scale_b_per_col = problem.scale_b_per_col;
-  return p;
+  return gemm_params({a.data_ptr(), a.stride(0)}, {b.data_ptr(), b.stride(1)},
+                     static_cast<const float*>(scale_a.data_ptr()), static_cast<const float*>(scale_b.data_ptr()),
+                     a.scalar_type() == ScalarType::Float8_e5m2, bias.has_value() ? bias->data_ptr() : nullptr,
+                     out.data_ptr(), problem, a.get_device_index(), sm_count, stream);
 }
 
 // Launches one kernel. Only the stream-K kernels need a workspace; it comes from the caching allocator, never
@@ -558,13 +570,11 @@ Tensor linear_cuda(Tensor x, Tensor weight, Tensor weight_scale, std::optional<T
     const sm90::Selection s = chosen_kernel(key, props, stream_is_capturing(stream), torch_ok, &untuned_bucket);
     if (s.choice && !s.torch_rowwise && untuned_bucket.empty()) {
       Tensor out = st::new_empty(x, out_shape, problem.out_dtype);
-      auto p = common_params<sm90::GemmParams>({q.params.q, problem.K}, {weight.data_ptr(), weight.stride(0)},
-                                               bias.has_value() ? bias->data_ptr() : nullptr, out.data_ptr(),
-                                               problem, device, props.multiProcessorCount, stream);
-      p.scale_a = q.params.scale;
-      p.scale_a_per_row = problem.scale_a_per_row;
-      p.scale_b = static_cast<const float*>(weight_scale.data_ptr());
-      p.scale_b_per_col = problem.scale_b_per_col;
+      // a = q ([M, K], contiguous, e4m3), b = weight.t() (its columns are the weight's rows).
+      auto p = gemm_params({q.params.q, problem.K}, {weight.data_ptr(), weight.stride(0)}, q.params.scale,
+                           static_cast<const float*>(weight_scale.data_ptr()), /*a_is_e5m2=*/false,
+                           bias.has_value() ? bias->data_ptr() : nullptr, out.data_ptr(), problem, device,
+                           props.multiProcessorCount, stream);
       p.sched = s.choice.sched;
       const sm90::LaunchResult r = launch(*s.choice.kernel, p, x);
       FP8EXT_CHECK(r.ok, "fp8ext.linear: CUTLASS kernel '", sm90::choice_name(s.choice), "' failed at ", r.stage,
