@@ -277,12 +277,13 @@ std::string device_key(const cudaDeviceProp& props) {
 
 // Whether torch._scaled_mm's row-wise path can take this call exactly as given, so that the backstop may hand it
 // over: bf16 output, e4m3 operands, one scale per row and per column, no bias, `a` without a padded leading
-// dimension.
-bool torch_can_run(const Tensor& a, const Tensor& b, const std::optional<Tensor>& bias,
-                   const ScaledMmProblem& problem) {
-  return problem.out_dtype == ScalarType::BFloat16 && a.scalar_type() == ScalarType::Float8_e4m3fn &&
-         b.scalar_type() == ScalarType::Float8_e4m3fn && problem.scale_a_per_row && problem.scale_b_per_col &&
-         !bias.has_value() && (problem.M == 1 || a.stride(0) == problem.K);
+// dimension (lda, the stride between a's rows, is K). From plain facts, so that fp8ext.linear, whose `a` is
+// the quantize's output and not a tensor it holds, asks the same question.
+bool torch_can_run(const ScaledMmProblem& problem, ScalarType a_dtype, ScalarType b_dtype, int64_t lda,
+                   bool has_bias) {
+  return problem.out_dtype == ScalarType::BFloat16 && a_dtype == ScalarType::Float8_e4m3fn &&
+         b_dtype == ScalarType::Float8_e4m3fn && problem.scale_a_per_row && problem.scale_b_per_col && !has_bias &&
+         (problem.M == 1 || lda == problem.K);
 }
 
 // The backstop: torch._scaled_mm row-wise on the same tensors (scales as (M, 1) and (1, N) views).
@@ -332,7 +333,9 @@ Tensor run_sm90(const Tensor& a, const Tensor& b, const Tensor& scale_a, const T
   const bool capturing = stream_is_capturing(stream);
   std::string untuned_bucket;
   const sm90::Selection selection =
-      chosen_kernel(key, props, capturing, torch_can_run(a, b, bias, problem), &untuned_bucket);
+      chosen_kernel(key, props, capturing,
+                    torch_can_run(problem, a.scalar_type(), b.scalar_type(), a.stride(0), bias.has_value()),
+                    &untuned_bucket);
   sm90::KernelChoice choice = selection.choice;
   if (selection.torch_rowwise && untuned_bucket.empty()) {
     return rowwise_via_torch(a, b, scale_a, scale_b, problem, use_fast_accum);
@@ -563,9 +566,9 @@ Tensor linear_cuda(Tensor x, Tensor weight, Tensor weight_scale, std::optional<T
   if (routing_cc(props) == 90) {
     const sm90::ProblemKey key = problem_key(problem.M, problem.N, problem.K, problem.out_dtype, use_fast_accum,
                                              ScalarType::Float8_e4m3fn, ScalarType::Float8_e4m3fn);
-    // torch_can_run for these operands: a is contiguous and both are e4m3.
-    const bool torch_ok = problem.out_dtype == ScalarType::BFloat16 && problem.scale_a_per_row &&
-                          problem.scale_b_per_col && !bias.has_value();
+    // a is q viewed [M, K] (contiguous: lda = K), b the weight; both e4m3.
+    const bool torch_ok = torch_can_run(problem, ScalarType::Float8_e4m3fn, ScalarType::Float8_e4m3fn,
+                                        /*lda=*/problem.K, bias.has_value());
     std::string untuned_bucket;
     const sm90::Selection s = chosen_kernel(key, props, stream_is_capturing(stream), torch_ok, &untuned_bucket);
     if (s.choice && !s.torch_rowwise && untuned_bucket.empty()) {
