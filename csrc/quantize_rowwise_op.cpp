@@ -97,10 +97,16 @@ QuantizeRowwiseParams check_quantize_rowwise(IntSpan sizes, IntSpan strides, Sca
 
 QuantizeRowwiseCall prepare_quantize_rowwise(const Tensor& x, std::optional<ScalarType> dtype,
                                              std::optional<double> scale_ub) {
-  QuantizeRowwiseCall c{check_quantize_rowwise(x.sizes(), x.strides(), x.scalar_type(), dtype, scale_ub), {}, {}};
+  return allocate_quantize_rowwise(x, check_quantize_rowwise(x.sizes(), x.strides(), x.scalar_type(), dtype,
+                                                             scale_ub));
+}
+
+QuantizeRowwiseCall allocate_quantize_rowwise(const Tensor& x, const QuantizeRowwiseParams& params) {
+  QuantizeRowwiseCall c{params, {}, {}};
   std::vector<int64_t> scale_shape(x.sizes().begin(), x.sizes().end());
   scale_shape.back() = 1;
-  c.q = torch::stable::new_empty(x, x.sizes(), dtype.value_or(ScalarType::Float8_e4m3fn));
+  const ScalarType q_dtype = params.dst == QuantDst::kE5M2 ? ScalarType::Float8_e5m2 : ScalarType::Float8_e4m3fn;
+  c.q = torch::stable::new_empty(x, x.sizes(), q_dtype);
   c.scale = torch::stable::new_empty(x, scale_shape, ScalarType::Float);
   c.params.x = x.const_data_ptr();
   c.params.q = c.q->mutable_data_ptr();

@@ -36,4 +36,8 @@ struct __attribute__((visibility("hidden"))) QuantizeRowwiseCall {
 QuantizeRowwiseCall prepare_quantize_rowwise(const Tensor& x, std::optional<ScalarType> dtype,
                                              std::optional<double> scale_ub);
 
+// The allocation half of prepare_quantize_rowwise, for a caller that has already run check_quantize_rowwise on
+// x (fp8ext.linear, within check_linear_meta): `params` is what that returned, and q's dtype is its dst.
+QuantizeRowwiseCall allocate_quantize_rowwise(const Tensor& x, const QuantizeRowwiseParams& params);
+
 }  // namespace fp8ext

@@ -179,17 +179,29 @@ Params common_params(const Tensor& a, const Tensor& b, const std::optional<Tenso
                                a.get_device_index(), sm_count, stream);
 }
 
-// The row-wise kernel parameters of one call.
+// The row-wise kernel parameters of one call: common_params', a's FP8 type, and the scales (M values of scale_a
+// when problem.scale_a_per_row, N of scale_b when problem.scale_b_per_col, else one value each). From pointers,
+// for fp8ext.linear, which launches on the quantize's outputs without making tensor views of them.
+sm90::GemmParams gemm_params(Operand a, Operand b, const float* scale_a, const float* scale_b, bool a_is_e5m2,
+                             const void* bias, void* out, const ScaledMmProblem& problem, int device, int sm_count,
+                             cudaStream_t stream) {
+  auto p = common_params<sm90::GemmParams>(a, b, bias, out, problem, device, sm_count, stream);
+  p.a_is_e5m2 = a_is_e5m2;
+  p.scale_a = scale_a;
+  p.scale_a_per_row = problem.scale_a_per_row;
+  p.scale_b = scale_b;
+  p.scale_b_per_col = problem.scale_b_per_col;
+  return p;
+}
+
+// The same from scaled_mm's tensors.
 sm90::GemmParams gemm_params(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                              const std::optional<Tensor>& bias, const ScaledMmProblem& problem, const Tensor& out,
                              int sm_count, cudaStream_t stream) {
-  auto p = common_params<sm90::GemmParams>(a, b, bias, problem, out, sm_count, stream);
-  p.a_is_e5m2 = a.scalar_type() == ScalarType::Float8_e5m2;
-  p.scale_a = static_cast<const float*>(scale_a.data_ptr());
-  p.scale_a_per_row = problem.scale_a_per_row;
-  p.scale_b = static_cast<const float*>(scale_b.data_ptr());
-  p.scale_b_per_col = problem.scale_b_per_col;
-  return p;
+  return gemm_params({a.data_ptr(), a.stride(0)}, {b.data_ptr(), b.stride(1)},
+                     static_cast<const float*>(scale_a.data_ptr()), static_cast<const float*>(scale_b.data_ptr()),
+                     a.scalar_type() == ScalarType::Float8_e5m2, bias.has_value() ? bias->data_ptr() : nullptr,
+                     out.data_ptr(), problem, a.get_device_index(), sm_count, stream);
 }
 
 // Launches one kernel. Only the stream-K kernels need a workspace; it comes from the caching allocator, never
@@ -266,12 +278,13 @@ std::string device_key(const cudaDeviceProp& props) {
 
 // Whether torch._scaled_mm's row-wise path can take this call exactly as given, so that the backstop may hand it
 // over: bf16 output, e4m3 operands, one scale per row and per column, no bias, `a` without a padded leading
-// dimension.
-bool torch_can_run(const Tensor& a, const Tensor& b, const std::optional<Tensor>& bias,
-                   const ScaledMmProblem& problem) {
-  return problem.out_dtype == ScalarType::BFloat16 && a.scalar_type() == ScalarType::Float8_e4m3fn &&
-         b.scalar_type() == ScalarType::Float8_e4m3fn && problem.scale_a_per_row && problem.scale_b_per_col &&
-         !bias.has_value() && (problem.M == 1 || a.stride(0) == problem.K);
+// dimension (lda, the stride between a's rows, is K). From plain facts, so that fp8ext.linear, whose `a` is
+// the quantize's output and not a tensor it holds, asks the same question.
+bool torch_can_run(const ScaledMmProblem& problem, ScalarType a_dtype, ScalarType b_dtype, int64_t lda,
+                   bool has_bias) {
+  return problem.out_dtype == ScalarType::BFloat16 && a_dtype == ScalarType::Float8_e4m3fn &&
+         b_dtype == ScalarType::Float8_e4m3fn && problem.scale_a_per_row && problem.scale_b_per_col && !has_bias &&
+         (problem.M == 1 || lda == problem.K);
 }
 
 // The backstop: torch._scaled_mm row-wise on the same tensors (scales as (M, 1) and (1, N) views).
@@ -321,7 +334,9 @@ Tensor run_sm90(const Tensor& a, const Tensor& b, const Tensor& scale_a, const T
   const bool capturing = stream_is_capturing(stream);
   std::string untuned_bucket;
   const sm90::Selection selection =
-      chosen_kernel(key, props, capturing, torch_can_run(a, b, bias, problem), &untuned_bucket);
+      chosen_kernel(key, props, capturing,
+                    torch_can_run(problem, a.scalar_type(), b.scalar_type(), a.stride(0), bias.has_value()),
+                    &untuned_bucket);
   sm90::KernelChoice choice = selection.choice;
   if (selection.torch_rowwise && untuned_bucket.empty()) {
     return rowwise_via_torch(a, b, scale_a, scale_b, problem, use_fast_accum);
@@ -613,7 +628,7 @@ Tensor linear_cuda(Tensor x, Tensor weight, Tensor weight_scale, std::optional<T
   out_shape.back() = problem.N;
   if (problem.M == 0) return st::new_empty(x, out_shape, problem.out_dtype);
 
-  QuantizeRowwiseCall q = prepare_quantize_rowwise(x, ScalarType::Float8_e4m3fn, std::nullopt);
+  QuantizeRowwiseCall q = allocate_quantize_rowwise(x, lp.quant);  // x was checked with the rest, above
   const cudaStream_t stream = current_cuda_stream(device);
   const cudaError_t err = launch_quantize_rowwise(q.params, stream);
   FP8EXT_CHECK(err == cudaSuccess, "fp8ext.linear: CUDA error: ", cudaGetErrorString(err));
@@ -622,20 +637,18 @@ Tensor linear_cuda(Tensor x, Tensor weight, Tensor weight_scale, std::optional<T
   if (routing_cc(props) == 90) {
     const sm90::ProblemKey key = problem_key(problem.M, problem.N, problem.K, problem.out_dtype, use_fast_accum,
                                              ScalarType::Float8_e4m3fn, ScalarType::Float8_e4m3fn);
-    // torch_can_run for these operands: a is contiguous and both are e4m3.
-    const bool torch_ok = problem.out_dtype == ScalarType::BFloat16 && problem.scale_a_per_row &&
-                          problem.scale_b_per_col && !bias.has_value();
+    // a is q viewed [M, K] (contiguous: lda = K), b the weight; both e4m3.
+    const bool torch_ok = torch_can_run(problem, ScalarType::Float8_e4m3fn, ScalarType::Float8_e4m3fn,
+                                        /*lda=*/problem.K, bias.has_value());
     std::string untuned_bucket;
     const sm90::Selection s = chosen_kernel(key, props, stream_is_capturing(stream), torch_ok, &untuned_bucket);
     if (s.choice && !s.torch_rowwise && untuned_bucket.empty()) {
       Tensor out = st::new_empty(x, out_shape, problem.out_dtype);
-      auto p = common_params<sm90::GemmParams>({q.params.q, problem.K}, {weight.data_ptr(), weight.stride(0)},
-                                               bias.has_value() ? bias->data_ptr() : nullptr, out.data_ptr(),
-                                               problem, device, props.multiProcessorCount, stream);
-      p.scale_a = q.params.scale;
-      p.scale_a_per_row = problem.scale_a_per_row;
-      p.scale_b = static_cast<const float*>(weight_scale.data_ptr());
-      p.scale_b_per_col = problem.scale_b_per_col;
+      // a = q ([M, K], contiguous, e4m3), b = weight.t() (its columns are the weight's rows).
+      auto p = gemm_params({q.params.q, problem.K}, {weight.data_ptr(), weight.stride(0)}, q.params.scale,
+                           static_cast<const float*>(weight_scale.data_ptr()), /*a_is_e5m2=*/false,
+                           bias.has_value() ? bias->data_ptr() : nullptr, out.data_ptr(), problem, device,
+                           props.multiProcessorCount, stream);
       p.sched = s.choice.sched;
       const sm90::LaunchResult r = launch(*s.choice.kernel, p, x);
       FP8EXT_CHECK(r.ok, "fp8ext.linear: CUTLASS kernel '", sm90::choice_name(s.choice), "' failed at ", r.stage,
