@@ -481,17 +481,17 @@ sm90::BlockwiseParams blockwise_params(const Tensor& a, const Tensor& b, const T
 
 // Whether torch._scaled_mm's block-wise path takes this call exactly as given, so that the backstop may hand it
 // over with no copy: e4m3 operands, a row-major and b column-major without padding, scale_a in torch's (1, M)
-// strides and scale_b in its (1, G) strides (a contiguous [H, G] weight scale, transposed), bf16 output, no bias,
-// and M a multiple of 4 (cuBLASLt 13 declines every other M with CUBLAS_STATUS_NOT_SUPPORTED, M = 1 included).
-// A stride is not read where its dimension has one element, as in torch's own check.
+// strides and scale_b in its (1, G) strides (a contiguous [H, G] weight scale, transposed), bf16 output, no bias.
+// A stride is not read where its dimension has one element, as in torch's own check. The shapes torch computes
+// correctly are the dispatch's to check (sm90::torch_blockwise_computes).
 bool torch_can_run_blockwise(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                              const std::optional<Tensor>& bias, const ScaledMmProblem& problem) {
   const int64_t M = problem.M, K = problem.K, G = problem.groups_k(), H = problem.blocks_n();
   auto stride_is = [](const Tensor& t, int dim, int64_t want) { return t.size(dim) == 1 || t.stride(dim) == want; };
-  return !g_torch_blockwise_refused.load(std::memory_order_relaxed) && M % 4 == 0 &&
-         problem.out_dtype == ScalarType::BFloat16 && !bias.has_value() &&
-         a.scalar_type() == ScalarType::Float8_e4m3fn && b.scalar_type() == ScalarType::Float8_e4m3fn &&
-         stride_is(a, 0, K) && stride_is(a, 1, 1) && stride_is(b, 0, 1) && stride_is(b, 1, K) &&
+  return !g_torch_blockwise_refused.load(std::memory_order_relaxed) && problem.out_dtype == ScalarType::BFloat16 &&
+         !bias.has_value() && a.scalar_type() == ScalarType::Float8_e4m3fn &&
+         b.scalar_type() == ScalarType::Float8_e4m3fn && stride_is(a, 0, K) && stride_is(a, 1, 1) &&
+         stride_is(b, 0, 1) && stride_is(b, 1, K) &&
          scale_a.size(0) == M && scale_a.size(1) == G && stride_is(scale_a, 0, 1) && stride_is(scale_a, 1, M) &&
          scale_b.size(0) == G && scale_b.size(1) == H && stride_is(scale_b, 0, 1) && stride_is(scale_b, 1, G);
 }
@@ -689,7 +689,8 @@ std::vector<std::string> blockwise_kernel_names() {
 // for the kernels of _blockwise_kernel_names in order, residuals [kernel index, log2 M, log2 N, log2 K, ln ratio,
 // ...] (blockwise_dispatch.h); both empty for the compiled-in ones. Needs no GPU.
 // torch_ok: the call is in torch's layouts with no bias (as the blockwise bench suite makes it), so that the
-// backstop may take it where M is a multiple of 4 and the output bf16; "torch._scaled_mm" names that choice.
+// backstop may take it where torch computes the shape and the output is bf16; "torch._scaled_mm" names that
+// choice.
 // Trial fits: the kernels', then torch's (two more numbers; its residuals have the index after the last kernel's),
 // the margin (kernel_advantage) and the M above which the backstop is considered (negative: the compiled-in ones).
 std::string selected_blockwise_kernel(int64_t M, int64_t N, int64_t K, ScalarType out_dtype, int64_t sm_count,
@@ -722,7 +723,7 @@ std::string selected_blockwise_kernel(int64_t M, int64_t N, int64_t K, ScalarTyp
   if (use_trial && fits.empty()) {
     for (const auto& k : sm90::all_blockwise_kernels()) trial.kernels.push_back(sm90::blockwise_fit(k));
   }
-  const bool torch_can_run = torch_ok && M % 4 == 0 && !g_torch_blockwise_refused.load(std::memory_order_relaxed);
+  const bool torch_can_run = torch_ok && !g_torch_blockwise_refused.load(std::memory_order_relaxed);
   const sm90::BlockwiseSelection s =
       sm90::select_blockwise_kernel(M, N, K, to_out_type(out_dtype), static_cast<int>(sm_count), !capturing,
                                     torch_can_run, use_trial ? &trial : nullptr);

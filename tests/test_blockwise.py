@@ -3,6 +3,7 @@ CPU reference path against float64, bit-exact small-integer cases, opcheck and t
 every block-scaled kernel by name, the default dispatch, CUDA graphs and torch._scaled_mm on the same tensors."""
 import math
 import re
+import warnings
 
 import pytest
 import torch
@@ -262,8 +263,8 @@ def test_dispatch_backstop_takes_calls_torch_is_predicted_faster_on():
     names = fp8ext.blockwise_kernel_names()
     flat_kernels = [100.0, 0.0] * len(names)  # every kernel 100 us
 
-    def select(M, torch_us, margin, above_m=64, torch_ok=True, out_dtype=torch.bfloat16):
-        return torch.ops.fp8ext._selected_blockwise_kernel(M, 4096, 4096, out_dtype, 132, False,
+    def select(M, torch_us, margin, above_m=64, torch_ok=True, out_dtype=torch.bfloat16, K=4096):
+        return torch.ops.fp8ext._selected_blockwise_kernel(M, 4096, K, out_dtype, 132, False,
                                                            flat_kernels + [torch_us, 0.0], [], torch_ok, margin,
                                                            above_m)
 
@@ -274,6 +275,8 @@ def test_dispatch_backstop_takes_calls_torch_is_predicted_faster_on():
     assert select(512, 103.0, 0.0) != TORCH
     assert select(512, 90.0, 0.04, torch_ok=False) != TORCH
     assert select(514, 90.0, 0.04) != TORCH  # cuBLASLt takes M a multiple of 4 only
+    # torch 2.11 returns wrong results where K / 128 is not a multiple of 4 (blockwise_dispatch.h)
+    assert select(512, 90.0, 0.04, K=4224) != TORCH and select(512, 90.0, 0.04, K=4608) == TORCH
     assert select(64, 90.0, 0.04) != TORCH and select(68, 90.0, 0.04) == TORCH  # above M = 64 only
     assert select(512, 90.0, 0.04, out_dtype=torch.float16) != TORCH
     backends = fp8ext.backends()
@@ -284,12 +287,12 @@ def test_dispatch_backstop_takes_calls_torch_is_predicted_faster_on():
         fp8ext.set_backends(backends)
     # Without a fit torch is never preferred.
     assert select(512, math.nan, 0.04) != TORCH
-    # The compiled-in dispatch: never torch at M <= 64, where torch_ok is false, or where M is not a multiple of 4.
-    for M in (1, 4, 16, 64, 130, 1000, 4096, 16384):
-        for N, K in ((7168, 7168), (36864, 7168), (2048, 768)):
+    # The compiled-in dispatch: never torch at M <= 128, where torch_ok is false, or on a shape torch gets wrong.
+    for M in (1, 4, 16, 64, 128, 130, 1000, 4096, 16384):
+        for N, K in ((7168, 7168), (36864, 7168), (2048, 768), (7168, 2880)):
             pick = torch.ops.fp8ext._selected_blockwise_kernel(M, N, K, torch.bfloat16, 132, False, torch_ok=False)
             assert pick in names
-            if M <= 64 or M % 4:
+            if M <= 128 or M % 4 or (-(-K // 128)) % 4:
                 assert torch.ops.fp8ext._selected_blockwise_kernel(M, N, K, torch.bfloat16, 132, False) in names
 
 
@@ -557,15 +560,31 @@ def plant():
 
 
 @pytest.mark.gpu
-def test_backstop_refused_by_torch_falls_back_to_the_kernels(plant):
+def test_backstop_never_hands_torch_a_shape_it_gets_wrong():
+    # torch 2.11 returns a wrong result, without an error, where K / 128 is not a multiple of 4 (here 23 groups).
+    M, N, K = 4096, 7168, 2880
+    assert fp8ext.selected_blockwise_kernel(M, N, K) in fp8ext.blockwise_kernel_names()
+    a, b, sa, sb = random_blockwise_operands(M, N, K, device=DEV)
+    out = fp8ext.scaled_mm(a, b, sa, sb)
+    rows = torch.randperm(M, device=DEV)[:64]
+    check_against_reference(out[rows], a[rows], b, sa[rows], sb, use_fast_accum=False, what="K / 128 = 23")
+
+
+@pytest.mark.gpu
+def test_backstop_refused_by_torch_falls_back_to_the_kernels(plant, capfd):
     # A torch whose block-wise checks differ from 2.11's refuses a call the backstop admitted: fp8ext warns once,
     # computes the call on its kernels, and hands torch no more block-wise calls.
     _torch_blockwise_or_skip()
     M, N, K = _backstop_shape()
     a, b, sa, sb = random_blockwise_operands(M, N, K, device=DEV)
     plant("blockwise=refused")
-    with pytest.warns(UserWarning, match="torch._scaled_mm refused a block-wise call"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         out = fp8ext.scaled_mm(a, b, sa, sb)
+    # A C++ warning reaches Python's warnings module where torch installs its handler, else torch prints it to
+    # stderr.
+    said = " ".join(str(w.message) for w in caught) + capfd.readouterr().err
+    assert said.count("torch._scaled_mm refused a block-wise call") == 1, said[-2000:]
     rows = torch.randperm(M, device=DEV)[:64]
     check_against_reference(out[rows], a[rows], b, sa[rows], sb, use_fast_accum=False, what="after a refusal")
     assert fp8ext.selected_blockwise_kernel(M, N, K) in fp8ext.blockwise_kernel_names()

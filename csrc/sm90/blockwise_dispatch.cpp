@@ -79,7 +79,7 @@ BlockwiseSelection select_uncached(int64_t M, int64_t N, int64_t K, OutType out,
   }
   BlockwiseSelection s{best[0] != nullptr ? best[0] : best[1], false};
   const int64_t above_m = trial ? trial->backstop_above_m : kBlockwiseBackstopAboveM;
-  if (backstop && out == OutType::kBF16 && M > above_m) {
+  if (backstop && out == OutType::kBF16 && M > above_m && torch_blockwise_computes(M, K)) {
     const double torch_us = torch_blockwise_predicted_us(M, N, K, sm_count, trial ? &trial->torch : nullptr);
     const double advantage = trial ? trial->kernel_advantage : kBlockwiseKernelAdvantage;
     if (torch_us > 0.0 && (best[0] == nullptr || best_us[0] > torch_us * (1.0 - advantage))) {
@@ -90,6 +90,10 @@ BlockwiseSelection select_uncached(int64_t M, int64_t N, int64_t K, OutType out,
 }
 
 }  // namespace
+
+bool torch_blockwise_computes(int64_t M, int64_t K) {
+  return M % 4 == 0 && ((K + kBlockwiseGroupK - 1) / kBlockwiseGroupK) % 4 == 0;
+}
 
 BlockwiseTraits torch_blockwise_traits() {
   return BlockwiseTraits{128, 128, 128, 1, 1, Schedule::kCooperative, OutType::kBF16, /*swap_ab=*/false};

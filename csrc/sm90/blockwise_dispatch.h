@@ -32,9 +32,9 @@
 // torch._scaled_mm's block-wise path (cuBLASLt) is the backstop, as torch's row-wise path is for the row-wise
 // family (dispatch.h): it is modelled the same way, as a data-parallel 128 x 128 tile with its own fit and
 // residuals (the "torch._scaled_mm" row of the fits), and it runs the call where the best kernel is not predicted
-// at least kBlockwiseKernelAdvantage faster. Only above kBlockwiseBackstopAboveM, where the caller says torch can
-// take the call as given (M a multiple of 4, torch's scale layouts, bf16 output, no bias: scaled_mm_cuda.cpp) and
-// the torch backend is on.
+// at least kBlockwiseKernelAdvantage faster. Only above kBlockwiseBackstopAboveM, on the shapes torch computes
+// (torch_blockwise_computes), where the caller says torch can take the call as given (torch's scale layouts, bf16
+// output, no bias: scaled_mm_cuda.cpp) and the torch backend is on.
 // scripts/fit_blockwise_dispatch.py fits them on the tuning part of the blockwise suite (DeepSeek-V3's layers,
 // every kernel timed, every M); the zoo's held-out rows judge them. Selections are memoized per problem.
 #pragma once
@@ -67,13 +67,22 @@ struct BlockwiseFit {
 };
 
 // Where the backstop is considered, and by what margin the best kernel's prediction must beat torch's for the
-// kernel to run (the time model's own error near a decision). Both chosen by scripts/fit_blockwise_dispatch.py on
-// the tuning rows, one weight shape left out at a time (docs/blockwise.md has the scan): letting torch take calls at
+// kernel to run (the time model's own error near a decision). Scored by scripts/fit_blockwise_dispatch.py on the
+// tuning rows, one weight shape left out at a time (docs/blockwise.md has the scan): letting torch take calls at
 // M <= 64 lost there (on every tuning row at M <= 128 the fastest kernel beat torch, by 1.00-1.50x; torch's time
-// hardly moves with M at that size, and its prediction ties with the kernels', so a small error hands it a call it
-// loses), and margins of 0 to 0.04 scored alike.
-constexpr int64_t kBlockwiseBackstopAboveM = 64;
+// hardly moves with M at that size and its prediction ties with the kernels', so a small error hands it a call it
+// loses), and margins of 0 to 0.04 scored alike. The bound is 128 rather than the scan's 64 (0.15% apart there)
+// because the scan scores torch's own times, and the backstop is slower than that where torch's GEMM is short:
+// the call through fp8ext costs more host time (measured through the op on 128 x 24576 x 1536: 24.2 us against
+// torch's 21.2 us, 16.4 us either way in a CUDA graph).
+constexpr int64_t kBlockwiseBackstopAboveM = 128;
 constexpr double kBlockwiseKernelAdvantage = 0.04;
+
+// The shapes torch._scaled_mm's block-wise path computes (cuBLASLt 13, torch 2.11, on the H200): M a multiple of
+// 4 (it declines every other M with CUBLAS_STATUS_NOT_SUPPORTED, M = 1 included), and K / 128 (rounded up) a
+// multiple of 4. With any other K it returns a wrong result without an error (relative error 0.8 to 1e38 against
+// the float64 reference, for K = 640, 768, 896, 2880, 4288, 4416, 29568), and rejects scale_b padded to 4 groups.
+bool torch_blockwise_computes(int64_t M, int64_t K);
 
 // c of the formula above for (M, N, K); 0 without residuals.
 double residual_correction(std::span<const BlockwiseResidual> residuals, int64_t M, int64_t N, int64_t K);
