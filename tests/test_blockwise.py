@@ -273,6 +273,8 @@ def test_dispatch_backstop_takes_calls_torch_is_predicted_faster_on():
     assert select(512, 103.0, 0.04) == TORCH  # the kernel is not 4% faster
     assert select(512, 105.0, 0.04) != TORCH  # it is (100 < 105 * 0.96)
     assert select(512, 103.0, 0.0) != TORCH
+    # Not where torch's predicted time is under 40 us (kBlockwiseBackstopMinUs): the route's host time shows.
+    assert select(512, 30.0, 0.04) != TORCH
     assert select(512, 90.0, 0.04, torch_ok=False) != TORCH
     assert select(514, 90.0, 0.04) != TORCH  # cuBLASLt takes M a multiple of 4 only
     # torch 2.11 returns wrong results where K / 128 is not a multiple of 4 (blockwise_dispatch.h)

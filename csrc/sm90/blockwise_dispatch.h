@@ -32,9 +32,9 @@
 // torch._scaled_mm's block-wise path (cuBLASLt) is the backstop, as torch's row-wise path is for the row-wise
 // family (dispatch.h): it is modelled the same way, as a data-parallel 128 x 128 tile with its own fit and
 // residuals (the "torch._scaled_mm" row of the fits), and it runs the call where the best kernel is not predicted
-// at least kBlockwiseKernelAdvantage faster. Only above kBlockwiseBackstopAboveM, on the shapes torch computes
-// (torch_blockwise_computes), where the caller says torch can take the call as given (torch's scale layouts, bf16
-// output, no bias: scaled_mm_cuda.cpp) and the torch backend is on.
+// at least kBlockwiseKernelAdvantage faster. Only above kBlockwiseBackstopAboveM and kBlockwiseBackstopMinUs of
+// predicted time, on the shapes torch computes (torch_blockwise_computes), where the caller says torch can take
+// the call as given (torch's scale layouts, bf16 output, no bias: scaled_mm_cuda.cpp) and the torch backend is on.
 // scripts/fit_blockwise_dispatch.py fits them on the tuning part of the blockwise suite (DeepSeek-V3's layers,
 // every kernel timed, every M); the zoo's held-out rows judge them. Selections are memoized per problem.
 #pragma once
@@ -71,12 +71,18 @@ struct BlockwiseFit {
 // tuning rows, one weight shape left out at a time (docs/blockwise.md has the scan): letting torch take calls at
 // M <= 64 lost there (on every tuning row at M <= 128 the fastest kernel beat torch, by 1.00-1.50x; torch's time
 // hardly moves with M at that size and its prediction ties with the kernels', so a small error hands it a call it
-// loses), and margins of 0 to 0.04 scored alike. The bound is 128 rather than the scan's 64 (0.15% apart there)
-// because the scan scores torch's own times, and the backstop is slower than that where torch's GEMM is short:
-// the call through fp8ext costs more host time (measured through the op on 128 x 24576 x 1536: 24.2 us against
-// torch's 21.2 us, 16.4 us either way in a CUDA graph).
+// loses), and margins of 0 to 0.04 scored alike.
+//
+// The scan scores torch's own times, but the backstop is torch called through fp8ext, which costs more host
+// time: where torch's GEMM is short, an eager call can wait on the host. Measured through the op on the tuning
+// rows (the blockwise suite, two runs): 128 x 24576 x 1536 at 24.2 us against torch's 21.2 (16.4 us either way in
+// a CUDA graph), and of the rows torch takes in 20-35 us, 512 x 4096 x 7168 at 0.85x and 512 x 32768 x 512 at 0.89x
+// of torch in one run (1.00x in the other); rows of 41 us and more stayed at 0.99-1.06x in both. Hence the bound
+// at M > 128 rather than the scan's 64 (0.15% apart there), and torch only where its predicted time is at least
+// kBlockwiseBackstopMinUs; below that the kernels run (on those tuning rows 0.93-1.03x of torch).
 constexpr int64_t kBlockwiseBackstopAboveM = 128;
 constexpr double kBlockwiseKernelAdvantage = 0.04;
+constexpr double kBlockwiseBackstopMinUs = 40.0;
 
 // The shapes torch._scaled_mm's block-wise path computes (cuBLASLt 13, torch 2.11, on the H200): M a multiple of
 // 4 (it declines every other M with CUBLAS_STATUS_NOT_SUPPORTED, M = 1 included), and K / 128 (rounded up) a
@@ -113,6 +119,7 @@ struct BlockwiseTrial {
   BlockwiseFit torch;
   double kernel_advantage = kBlockwiseKernelAdvantage;
   int64_t backstop_above_m = kBlockwiseBackstopAboveM;
+  double backstop_min_us = kBlockwiseBackstopMinUs;
 };
 
 struct BlockwiseSelection {
