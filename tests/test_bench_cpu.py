@@ -216,6 +216,11 @@ def test_blockwise_suite_rows_and_summary():
     assert s["tune M>=1024"]["vs torch blockwise"]["below 0.90"] == 1
     assert s["tune all"]["dispatch / best kernel"]["worst"][:2] == [1.25, 16]
     assert "vs torch blockwise" not in s["heldout M<=128"]  # its one row failed: no ratio is made up
+    # A row where torch's own result broke the float64 bound is no speed comparison: counted, left out.
+    wrong = {**rows[1], "M": 4096, "K": 2880, "torch_blockwise_us": 10.0, "torch_blockwise_wrong": True}
+    s = bw.summarize(rows + [wrong], "")
+    assert s["tune M>=1024"]["torch result wrong"] == 1 and s["tune M>=1024"]["rows"] == 2
+    assert s["tune M>=1024"]["vs torch blockwise"]["geomean"] == pytest.approx(0.75)
     assert bw.summarize([], "no block-wise path")["torch._scaled_mm block-wise"] == "unavailable: no block-wise path"
 
 
