@@ -563,6 +563,21 @@ def plant():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("K", [7104, 4032])
+def test_backstop_with_a_partial_last_k_group(K):
+    # K % 128 = 64 and 64 with K / 128 rounded up a multiple of 4 (56, 32): torch computes these right (measured on
+    # the H200), and the backstop may take them.
+    _torch_blockwise_or_skip()
+    M, N = 4096, 7168
+    if fp8ext.selected_blockwise_kernel(M, N, K) != "torch._scaled_mm":
+        pytest.skip(f"the dispatch runs {M}x{N}x{K} on a kernel")
+    a, b, sa, sb = random_blockwise_operands(M, N, K, device=DEV)
+    out = fp8ext.scaled_mm(a, b, sa, sb)
+    rows = torch.randperm(M, device=DEV)[:64]
+    check_against_reference(out[rows], a[rows], b, sa[rows], sb, use_fast_accum=False, what=f"backstop K={K}")
+
+
+@pytest.mark.gpu
 def test_backstop_never_hands_torch_a_shape_it_gets_wrong():
     # torch 2.11 returns a wrong result, without an error, where K / 128 is not a multiple of 4 (here 23 groups).
     M, N, K = 4096, 7168, 2880
