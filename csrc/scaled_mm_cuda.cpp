@@ -381,6 +381,11 @@ Tensor run_sm90(const Tensor& a, const Tensor& b, const Tensor& scale_a, const T
 // checks differ from 2.11's, where the backstop was measured): the backstop is then off for block-wise calls.
 std::atomic<bool> g_torch_blockwise_refused{false};
 
+// Whether the running torch is 2.11, the release whose block-wise path was measured (which shapes it computes
+// right: sm90::torch_blockwise_computes). Another release may get other shapes wrong, without an error, so the
+// block-wise backstop stays off there until measured. Set with the software key at import.
+std::atomic<bool> g_torch_blockwise_measured{false};
+
 // ---- A planted fault, for tests only (tests/test_robustness_gpu.py) ----
 // The routing below must tell a shape cuBLASLt declines from an out-of-memory or CUDA error, and must warn on a GPU
 // other than sm_90, but neither can be provoked at will on the H200 that runs the tests. The internal op
@@ -488,7 +493,8 @@ bool torch_can_run_blockwise(const Tensor& a, const Tensor& b, const Tensor& sca
                              const std::optional<Tensor>& bias, const ScaledMmProblem& problem) {
   const int64_t M = problem.M, K = problem.K, G = problem.groups_k(), H = problem.blocks_n();
   auto stride_is = [](const Tensor& t, int dim, int64_t want) { return t.size(dim) == 1 || t.stride(dim) == want; };
-  return !g_torch_blockwise_refused.load(std::memory_order_relaxed) && problem.out_dtype == ScalarType::BFloat16 &&
+  return g_torch_blockwise_measured.load(std::memory_order_relaxed) &&
+         !g_torch_blockwise_refused.load(std::memory_order_relaxed) && problem.out_dtype == ScalarType::BFloat16 &&
          !bias.has_value() && a.scalar_type() == ScalarType::Float8_e4m3fn &&
          b.scalar_type() == ScalarType::Float8_e4m3fn && stride_is(a, 0, K) && stride_is(a, 1, 1) &&
          stride_is(b, 0, 1) && stride_is(b, 1, K) &&
@@ -723,7 +729,9 @@ std::string selected_blockwise_kernel(int64_t M, int64_t N, int64_t K, ScalarTyp
   if (use_trial && fits.empty()) {
     for (const auto& k : sm90::all_blockwise_kernels()) trial.kernels.push_back(sm90::blockwise_fit(k));
   }
-  const bool torch_can_run = torch_ok && !g_torch_blockwise_refused.load(std::memory_order_relaxed);
+  // Trial fits score the backstop on any torch (the fit runs anywhere); the compiled-in dispatch as calls meet it.
+  const bool torch_can_run = torch_ok && (use_trial || (g_torch_blockwise_measured.load(std::memory_order_relaxed) &&
+                                                       !g_torch_blockwise_refused.load(std::memory_order_relaxed)));
   const sm90::BlockwiseSelection s =
       sm90::select_blockwise_kernel(M, N, K, to_out_type(out_dtype), static_cast<int>(sm_count), !capturing,
                                     torch_can_run, use_trial ? &trial : nullptr);
@@ -864,6 +872,7 @@ std::string backends() { return sm90::torch_backstop_enabled() ? "fp8ext,torch" 
 void set_software_key(std::string key) {
   std::lock_guard<std::mutex> lock(g_software_mutex);
   g_software_key = key;
+  g_torch_blockwise_measured.store(key.find("/torch2.11.") != std::string::npos);
 }
 
 void autotune_configure(bool enabled, std::string cache_file, std::vector<std::string> buckets,

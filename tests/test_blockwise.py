@@ -485,6 +485,8 @@ def test_matches_torch_scaled_mm_blockwise():
 
 
 def _torch_blockwise_or_skip():
+    if not torch.__version__.startswith("2.11."):
+        pytest.skip("the block-wise backstop is on with torch 2.11 only, the release it was measured with")
     a, b, sa, sb = random_blockwise_operands(128, 256, 256, device=DEV)
     try:
         torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)

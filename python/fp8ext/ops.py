@@ -191,10 +191,10 @@ def selected_blockwise_kernel(M: int, N: int, K: int, out_dtype: torch.dtype = t
                               capturing: bool = False, torch_ok: bool = True) -> Optional[str]:
     """What a block-wise call of this shape runs on this GPU: a forced block-scaled kernel, else dispatch's pick
     (csrc/sm90/blockwise_dispatch.h; inside CUDA-graph capture never a stream-K one), which is
-    ``"torch._scaled_mm"`` where torch's block-wise path is predicted faster (the backstop: only for M > 128, M
-    and K / 128 multiples of 4, and bf16 output; ``torch_ok=False`` says torch cannot take the call as given, e.g.
-    it has a bias or its scales are not in torch's layouts; ``set_backends("fp8ext")`` turns the backstop off).
-    None if no block-scaled kernel of this build writes ``out_dtype``."""
+    ``"torch._scaled_mm"`` where torch's block-wise path is predicted faster (the backstop: with torch 2.11 only,
+    for M > 128, M and K / 128 multiples of 4, and bf16 output; ``torch_ok=False`` says torch cannot take the call
+    as given, e.g. it has a bias or its scales are not in torch's layouts; ``set_backends("fp8ext")`` turns the
+    backstop off). None if no block-scaled kernel of this build writes ``out_dtype``."""
     if not _has_cuda_kernels():
         return None
     sm_count = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
