@@ -386,6 +386,12 @@ std::atomic<bool> g_torch_blockwise_refused{false};
 // block-wise backstop stays off there until measured. Set with the software key at import.
 std::atomic<bool> g_torch_blockwise_measured{false};
 
+// Both flags above: torch 2.11 and no refusal yet.
+bool torch_blockwise_backstop_usable() {
+  return g_torch_blockwise_measured.load(std::memory_order_relaxed) &&
+         !g_torch_blockwise_refused.load(std::memory_order_relaxed);
+}
+
 // ---- A planted fault, for tests only (tests/test_robustness_gpu.py) ----
 // The routing below must tell a shape cuBLASLt declines from an out-of-memory or CUDA error, and must warn on a GPU
 // other than sm_90, but neither can be provoked at will on the H200 that runs the tests. The internal op
@@ -493,8 +499,7 @@ bool torch_can_run_blockwise(const Tensor& a, const Tensor& b, const Tensor& sca
                              const std::optional<Tensor>& bias, const ScaledMmProblem& problem) {
   const int64_t M = problem.M, K = problem.K, G = problem.groups_k(), H = problem.blocks_n();
   auto stride_is = [](const Tensor& t, int dim, int64_t want) { return t.size(dim) == 1 || t.stride(dim) == want; };
-  return g_torch_blockwise_measured.load(std::memory_order_relaxed) &&
-         !g_torch_blockwise_refused.load(std::memory_order_relaxed) && problem.out_dtype == ScalarType::BFloat16 &&
+  return torch_blockwise_backstop_usable() && problem.out_dtype == ScalarType::BFloat16 &&
          !bias.has_value() && a.scalar_type() == ScalarType::Float8_e4m3fn &&
          b.scalar_type() == ScalarType::Float8_e4m3fn && stride_is(a, 0, K) && stride_is(a, 1, 1) &&
          stride_is(b, 0, 1) && stride_is(b, 1, K) &&
@@ -725,13 +730,10 @@ std::string selected_blockwise_kernel(int64_t M, int64_t N, int64_t K, ScalarTyp
   }
   if (kernel_advantage >= 0) trial.kernel_advantage = kernel_advantage;
   if (backstop_above_m >= 0) trial.backstop_above_m = backstop_above_m;
+  // Without trial fits, trial.kernels stays empty and the dispatch uses the compiled-in ones.
   const bool use_trial = !fits.empty() || kernel_advantage >= 0 || backstop_above_m >= 0;
-  if (use_trial && fits.empty()) {
-    for (const auto& k : sm90::all_blockwise_kernels()) trial.kernels.push_back(sm90::blockwise_fit(k));
-  }
   // Trial fits score the backstop on any torch (the fit runs anywhere); the compiled-in dispatch as calls meet it.
-  const bool torch_can_run = torch_ok && (use_trial || (g_torch_blockwise_measured.load(std::memory_order_relaxed) &&
-                                                       !g_torch_blockwise_refused.load(std::memory_order_relaxed)));
+  const bool torch_can_run = torch_ok && (use_trial || torch_blockwise_backstop_usable());
   const sm90::BlockwiseSelection s =
       sm90::select_blockwise_kernel(M, N, K, to_out_type(out_dtype), static_cast<int>(sm_count), !capturing,
                                     torch_can_run, use_trial ? &trial : nullptr);

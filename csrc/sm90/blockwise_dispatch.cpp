@@ -82,8 +82,9 @@ BlockwiseSelection select_uncached(int64_t M, int64_t N, int64_t K, OutType out,
   if (backstop && out == OutType::kBF16 && M > above_m && torch_blockwise_computes(M, K)) {
     const double torch_us = torch_blockwise_predicted_us(M, N, K, sm_count, trial ? &trial->torch : nullptr);
     const double advantage = trial ? trial->kernel_advantage : kBlockwiseKernelAdvantage;
-    const double min_us = trial ? trial->backstop_min_us : kBlockwiseBackstopMinUs;
-    if (torch_us >= min_us && torch_us > 0.0 && (best[0] == nullptr || best_us[0] > torch_us * (1.0 - advantage))) {
+    // torch_us is negative without a fit, so the (positive) floor also keeps an unfitted torch out.
+    static_assert(kBlockwiseBackstopMinUs > 0.0);
+    if (torch_us >= kBlockwiseBackstopMinUs && (best[0] == nullptr || best_us[0] > torch_us * (1.0 - advantage))) {
       s = BlockwiseSelection{nullptr, true};
     }
   }

@@ -114,13 +114,13 @@ BlockwiseFit torch_blockwise_fit();
 double torch_blockwise_predicted_us(int64_t M, int64_t N, int64_t K, int sm_count, const BlockwiseFit* fit = nullptr);
 
 // Fits to try in place of the compiled-in ones (scripts/fit_blockwise_dispatch.py): one per kernel of
-// all_blockwise_kernels(), in its order, torch's, and the backstop's margin, lower M bound and time floor.
+// all_blockwise_kernels(), in its order (empty: the compiled-in ones), torch's, and the backstop's margin and lower
+// M bound (the time floor is kBlockwiseBackstopMinUs either way).
 struct BlockwiseTrial {
   std::vector<BlockwiseFit> kernels;
   BlockwiseFit torch;
   double kernel_advantage = kBlockwiseKernelAdvantage;
   int64_t backstop_above_m = kBlockwiseBackstopAboveM;
-  double backstop_min_us = kBlockwiseBackstopMinUs;
 };
 
 struct BlockwiseSelection {
