@@ -9,7 +9,8 @@ invariance, the autotuner, the numerical edges.
     python -m fp8ext.bench --suite zoo [--split heldout] [--plot zoo.png]  # other models' weights and odd M
     python -m fp8ext.bench --suite floor|host|invariance|inductor-peer|autotune|edge --json out.json
 
-Times are medians of triton.testing.do_bench calls (L2 flushed before every call), on fresh random inputs, taken in
+Times are medians of GPU time per call (L2 flushed before every call, the host held out of the timed span:
+timing.Timer), on fresh random inputs, taken in
 interleaved turns (--rounds, the peer order rotated each turn) so that a clock wandering under the power cap
 lands on every peer alike. Peers:
 torch._scaled_mm row-wise (one fp32 scale per row of a and per column of b, like fp8ext) and tensor-wise

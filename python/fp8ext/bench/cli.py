@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="write a PNG plot here (peer suites: TFLOP/s vs M per weight shape; zoo: speed-up "
                                   "vs M, tuning and held-out rows)")
     p.add_argument("--rep-ms", type=float, default=None,
-                   help="do_bench repetition time per measurement in ms (default 100, or the suite's own)")
+                   help="timed repetition time per measurement in ms (default 100, or the suite's own)")
     p.add_argument("--rounds", type=int, default=3,
                    help="interleaved turns per shape: every peer is timed for rep-ms / rounds per turn, in an order "
                         "rotated each turn (1 = one block per peer, the method of the records before 2026-11-30)")

@@ -1,48 +1,104 @@
-"""How the benchmark times a call: medians of L2-flushed calls, peers in interleaved turns."""
+"""How the benchmark times a call: medians of L2-flushed calls with the host held out, peers in interleaved turns."""
 from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from typing import Callable, ContextManager, Optional
 
 import torch
 
 
+# How a record names this timing in its "method".
+TIMER_METHOD = "fp8ext.bench Timer (L2 flushed before each call, host held out, medians)"
+
+
 class Timer:
-    """Median time of fn() in microseconds, L2 flushed before each call."""
+    """Median GPU time of fn() in microseconds, L2 flushed before each call, the host kept out of the timed span.
 
-    def __init__(self, rep_ms: float = 100, warmup_ms: float = 25):
-        self.rep_ms, self.warmup_ms = rep_ms, warmup_ms
-        try:
-            from triton.testing import do_bench
+    Each sample is: zero a 256 MiB buffer (flushes the 50 MiB L2), hold the GPU in a spin kernel, record a start
+    event, fn(), record an end event; the samples are queued without synchronizing, as triton.testing.do_bench
+    queues them. The hold is what do_bench lacks: the start event then runs only after the host has issued fn's
+    launches, so the span holds fn's GPU work (its launches back to back) and no host time. Without it a sample
+    whose host fell behind the GPU timed fn's host work too: on the H200's host an fp8ext call takes 30-50 us to
+    issue and a flush about 70 us to run, and the swapped stream-K kernel's eager medians at 64 x 576 x 7168 moved
+    between 17 and 37 us from process to process while its CUDA-graph replays stayed at 18.2-18.5 us
+    (scripts/probe_streamk.py). The hold is twice fn's measured issue time plus 20 us. Host time has its own suite
+    (--suite host)."""
 
-            self._do_bench = do_bench
-        except ImportError:  # CUDA events with an explicit L2 flush
-            self._do_bench = None
-            self._flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
+    FLUSH_BYTES = 256 * 1024 * 1024
+
+    def __init__(self, rep_ms: float = 100, warmup_ms: float = 25, hold: bool = True):
+        self.rep_ms, self.warmup_ms, self.hold = rep_ms, warmup_ms, hold  # hold=False: do_bench's way, for probes
+        self._flush = torch.empty(self.FLUSH_BYTES, dtype=torch.int8, device="cuda")
+        self._cycles_per_us: Optional[float] = None
+        self._flush_time_us: Optional[float] = None
 
     def __call__(self, fn: Callable[[], object]) -> float:
         return _median(self.samples(fn))
 
-    def samples(self, fn: Callable[[], object], rep_ms: Optional[float] = None,
-                warmup_ms: Optional[float] = None) -> list[float]:
-        """Every timed call of fn() in microseconds, about rep_ms of them after warmup_ms of untimed calls."""
-        rep = self.rep_ms if rep_ms is None else rep_ms
-        warmup = self.warmup_ms if warmup_ms is None else warmup_ms
-        if self._do_bench is not None:
-            return [1e3 * t for t in self._do_bench(fn, warmup=warmup, rep=rep, return_mode="all")]
-        for _ in range(3):
-            fn()
-        times = []
-        for _ in range(max(5, int(rep) // 5)):
+    def _spin_cycles_per_us(self) -> float:
+        """The spin kernel's clock (torch.cuda._sleep counts SM cycles), measured once."""
+        if self._cycles_per_us is None:
+            cycles = 200_000
+            torch.cuda._sleep(cycles)  # first launch loads the kernel
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.cuda._sleep(cycles)
+            end.record()
+            end.synchronize()
+            self._cycles_per_us = cycles / (1e3 * start.elapsed_time(end))
+        return self._cycles_per_us
+
+    def _flush_us(self) -> float:
+        """How long one flush runs, measured once."""
+        if self._flush_time_us is None:
             self._flush.zero_()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fn()
+            self._flush.zero_()
             end.record()
             end.synchronize()
-            times.append(1e3 * start.elapsed_time(end))
-        return times
+            self._flush_time_us = 1e3 * start.elapsed_time(end)
+        return self._flush_time_us
+
+    def samples(self, fn: Callable[[], object], rep_ms: Optional[float] = None,
+                warmup_ms: Optional[float] = None) -> list[float]:
+        """Every timed call of fn() in microseconds: after warmup_ms of untimed calls, as many as fit in rep_ms of
+        GPU time (flush, hold and fn)."""
+        rep = self.rep_ms if rep_ms is None else rep_ms
+        warmup = self.warmup_ms if warmup_ms is None else warmup_ms
+        fn()
+        torch.cuda.synchronize()
+        # One call's GPU time with the flush, and its issue time on the host (synchronized between calls, so that
+        # the issue never waits for a full launch queue).
+        gpu, issue = [], []
+        for _ in range(5):
+            self._flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            t0 = time.perf_counter()
+            fn()
+            issue.append(1e6 * (time.perf_counter() - t0))
+            end.record()
+            end.synchronize()
+            gpu.append(1e3 * start.elapsed_time(end))
+        per_call = max(1.0, _median(gpu))
+        for _ in range(int(1e3 * warmup / per_call)):
+            fn()
+        hold_us = 2.0 * _median(issue) + 20.0 if self.hold else 0.0
+        hold = int(hold_us * self._spin_cycles_per_us())
+        n = max(5, int(1e3 * rep / (self._flush_us() + hold_us + per_call)))
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+        for start, end in events:
+            self._flush.zero_()
+            if hold:
+                torch.cuda._sleep(hold)
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return [1e3 * start.elapsed_time(end) for start, end in events]
 
     def interleaved(self, fns: dict[str, Callable[[], object]], rounds: int = 3,
                     around: Optional[Callable[[str], ContextManager]] = None) -> dict[str, float]:

@@ -12,7 +12,7 @@ import fp8ext
 from ...testing import random_operands
 from ..common import geomean
 from ..registry import register_suite
-from ..timing import Timer
+from ..timing import TIMER_METHOD, Timer
 
 # Decode and prefill rows of small, mid and large weights, both accumulation modes for some.
 SHAPES = [(16, 4096, 4096, True), (64, 8192, 8192, True), (128, 10240, 8192, True), (32, 57344, 8192, True),
@@ -63,6 +63,6 @@ def autotune(args) -> dict:
                "rows where the picks differ": sum(r["model_kernel"] != r["autotuned_kernel"] for r in rows),
                "tuning call ms (min..max)": f"{min(r['tuning_call_ms'] for r in rows):.0f}.."
                                             f"{max(r['tuning_call_ms'] for r in rows):.0f}"}
-    return {"method": f"fp8ext.bench Timer (L2 flushed before each call, medians), model and autotuned choice in "
+    return {"method": f"{TIMER_METHOD}, model and autotuned choice in "
                       f"{args.rounds} interleaved turns, {args.rep_ms:g} ms each; the same tensors for both",
             "summary": summary, "rows": rows}

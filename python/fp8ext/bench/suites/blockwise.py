@@ -12,7 +12,7 @@ from ... import ops
 from ...testing import check_against_reference, random_blockwise_operands, random_scales
 from ..common import geomean, print_rows, ratio, timed_or_failed
 from ..registry import register_suite
-from ..timing import Timer, progress as progress_bar
+from ..timing import TIMER_METHOD, Timer, progress as progress_bar
 
 # DeepSeek-V3 (hidden 7168, MLA with q_lora 1536 / kv_lora 512, 128 heads; dense MLP 18432, experts 2048):
 # (name, N, K) of each weight as a GEMM out = x [M, K] @ w.t().
@@ -169,7 +169,7 @@ def blockwise(args) -> dict:
     rows, torch_why = run_blockwise(blockwise_rows(args.split), Timer(rep_ms=args.rep_ms), args.all_kernels,
                                     check=not args.no_check, progress=not args.quiet, rounds=args.rounds)
     print_table(rows)
-    return {"method": f"medians of L2-flushed calls, {args.rounds} interleaved rounds of {args.rep_ms} ms per peer; "
+    return {"method": f"{TIMER_METHOD}, {args.rounds} interleaved rounds of {args.rep_ms} ms per peer; "
                       "fresh random e4m3 operands and positive scales in torch's layouts per row; bf16 output, "
                       "no bias; row-wise: fp8ext's default dispatch on the same a, b with (M, 1) / (1, N) scales; "
                       "with checking on, fp8ext's and torch's results against the float64 bound on up to 64 rows, "

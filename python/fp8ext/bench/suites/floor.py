@@ -17,7 +17,7 @@ from ... import ops
 from ...testing import random_operands
 from ..common import LLAMA_NK
 from ..registry import register_suite
-from ..timing import Timer
+from ..timing import TIMER_METHOD, Timer
 
 MS = (1, 16, 32, 64, 128)
 
@@ -56,6 +56,6 @@ def floor(args) -> dict:
                "fp8ext M=1 TB/s over empty": {f"{r['N']}x{r['K']}": round(r["N"] * r["K"] / (r["fp8ext M=1"] - r["empty"])
                                                                          / 1e6, 2) for r in rows},
                "weights where fp8ext M=1 beats read": sum(r["fp8ext M=1"] < r["read"] for r in rows)}
-    return {"method": f"fp8ext.bench Timer (L2 flushed before each call, medians), {args.rounds} interleaved turns, "
+    return {"method": f"{TIMER_METHOD}, {args.rounds} interleaved turns, "
                       f"{args.rep_ms:g} ms per choice; fast accumulation, bf16 out",
             "summary": summary, "rows": rows}

@@ -11,7 +11,7 @@ from torch import nn
 from ...nn import Float8Linear
 from ..common import TorchRowwiseLinear, acceptance, geomean, guarded, ratio, rel_err, timed_or_failed
 from ..registry import register_suite
-from ..timing import Timer
+from ..timing import TIMER_METHOD, Timer
 
 # (in_features, out_features) of one decoder layer's projections: qkv, o, gate_up (fused), down.
 LAYERS = {"8b": [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096)],
@@ -94,7 +94,7 @@ def linear(args) -> dict:
             rows += guarded_rows(lambda: measure_layer(timer, model, layer, K, N, args.rounds),
                                  {"model": model, "layer": layer, "K": K, "N": N})
             torch.cuda.empty_cache()
-    return {"method": f"fp8ext.bench Timer (L2 flushed before each call, medians), {args.rounds} interleaved turns, "
+    return {"method": f"{TIMER_METHOD}, {args.rounds} interleaved turns, "
                       f"{args.rep_ms:g} ms per choice; one layer's forward under inference_mode, bf16 input [M, K], "
                       "no bias; fp8ext = Float8Linear (quantize_rowwise + scaled_mm, fast accumulation), bf16 = "
                       "nn.Linear of the same weights, torch_rowwise = the same FP8 weights with an eager torch "

@@ -12,7 +12,7 @@ from ...testing import check_against_reference
 from ..common import (FP8_DENSE_TFLOPS, HBM_TBPS, geomean, make_operands, print_rows, pyplot, suite_shapes,
                       tflops, weight_gbps)
 from ..registry import register_suite
-from ..timing import Timer, progress as progress_bar
+from ..timing import TIMER_METHOD, Timer, progress as progress_bar
 
 SPEEDUP_TITLE = "geomean speed-up of fp8ext (peer time / fp8ext time)"
 
@@ -144,7 +144,7 @@ def accums(args) -> list[bool]:
 
 
 def timing_method(args) -> str:
-    return (f"triton.testing.do_bench, L2 flushed, fresh random inputs; median of all calls of {args.rounds} "
+    return (f"{TIMER_METHOD}, fresh random inputs; median of all calls of {args.rounds} "
             f"interleaved turns of {args.rep_ms / args.rounds:.0f} ms per peer, peer order rotated each turn")
 
 

@@ -22,7 +22,7 @@ import torch
 from ... import quantize_rowwise
 from ..common import acceptance, ratio, timed_or_failed, torch_quantize_rowwise
 from ..registry import register_suite
-from ..timing import Timer
+from ..timing import TIMER_METHOD, Timer
 
 BANDWIDTH_SHAPES = [(8192, 8192, torch.bfloat16), (16384, 8192, torch.bfloat16), (8192, 8192, torch.float32)]
 SMALL_M = (1, 2, 4, 8, 16)
@@ -118,7 +118,7 @@ def measure_small_m(timer: Timer, rounds: int) -> list[dict]:
 def quantize(args) -> dict:
     timer = Timer(rep_ms=args.rep_ms)
     rows = measure_bandwidth(timer, args.rounds) + measure_small_m(timer, args.rounds)
-    return {"method": f"fp8ext.bench Timer (L2 flushed before each call, medians), {args.rounds} interleaved turns, "
+    return {"method": f"{TIMER_METHOD}, {args.rounds} interleaved turns, "
                       f"{args.rep_ms:g} ms per choice; bytes moved = input + FP8 output + float32 scales, copy of "
                       "the same bytes (uint8 dst.copy_(src) of half as many bytes, read + write); small M against a "
                       "one-element in-place add; torch peer: eager amax, scale, divide, clamp, cast",
