@@ -160,6 +160,35 @@ def test_tiny_model_compiled_modes(monkeypatch):
     torch._dynamo.reset()
 
 
+def test_phases_choose_what_compare_runs(monkeypatch):
+    """--phases decode runs no prefill shape (each --compile shape costs a compilation); a typo is refused."""
+    import argparse
+
+    seen = []
+    monkeypatch.setattr(model_suite, "compare", lambda config, *a, **kw: seen.append(kw) or {
+        "config": config, "prefill": [], "decode": []})
+    args = argparse.Namespace(config="8b", layers=2, vocab=256, ctx=8, compile=False, iters=2, model_rounds=1,
+                              no_torchao=True, compile_variants="bf16,fp8ext", no_fused=False, quiet=True,
+                              phases="decode")
+    model_suite.model(args)
+    assert seen[-1]["prefill_shapes"] == () and list(seen[-1]["decode_batches"]) == list(model_suite.DECODE_BATCHES)
+    args.phases = "prefill, decode"
+    model_suite.model(args)
+    assert list(seen[-1]["prefill_shapes"]) == list(model_suite.PREFILL) and seen[-1]["decode_batches"]
+    args.phases = "decoding"
+    with pytest.raises(SystemExit, match="--phases"):
+        model_suite.model(args)
+
+
+def test_compiled_summary_names_each_fp8_variant():
+    entry = {"ms": {"bf16": 2.0, "fp8ext": 1.6, "fp8ext_fused": 1.5},
+             "speedup": {"vs_bf16": {"fp8ext": 1.25, "fp8ext_fused": 1.333}}}
+    res = {"config": "8b", "prefill": [], "decode": [{"batch": 8, "compiled_graph": entry}]}
+    summary = model_suite.summarize([res])
+    assert summary["8b decode compiled graph b=8 fp8ext/bf16 tok/s"] == 1.25
+    assert summary["8b decode compiled graph b=8 fp8ext_fused/bf16 tok/s"] == 1.333
+
+
 def test_model_summary_with_failures():
     results = [{"config": "70b", "error": "failed: OutOfMemoryError: x"},
                {"config": "8b", "variant_errors": {"torchao": "failed: ImportError: no torchao"},

@@ -441,8 +441,10 @@ def summarize(results: list[dict]) -> dict:
                 extras = (("compiled", "prefill compiled"), ("compiled_graph", "decode compiled graph"))
                 for extra, extra_tag in extras:
                     if r.get(extra):
-                        out[f"{c} {extra_tag} {shape} fp8ext/bf16 tok/s"] = _value(
-                            r[extra]["speedup"]["vs_bf16"].get("fp8ext"))
+                        for name in FP8EXT_VARIANTS:
+                            if name == "fp8ext" or name in r[extra]["ms"]:
+                                out[f"{c} {extra_tag} {shape} {name}/bf16 tok/s"] = _value(
+                                    r[extra]["speedup"]["vs_bf16"].get(name))
                 for name in FP8EXT_VARIANTS:
                     if name == "fp8ext" or name in (entry.get("ms") or {}):
                         out[f"{c} {tag} {shape} {name}/bf16 tok/s"] = _value(
@@ -505,7 +507,7 @@ def method(args) -> str:
             f"forward: median of {args.iters} CUDA-event timings in {args.model_rounds} interleaved turns after "
             f"warm-up, no L2 flush (a forward's weights far exceed L2); prefill times the last token's logits; "
             f"accuracy against bf16 on the last {TOP1_POSITIONS} // batch positions of each prefill sequence and on "
-            f"each decode step; decode against a static KV cache of {args.ctx} tokens"
+            f"each decode step; decode against a static KV cache of {args.ctx} tokens; phases {args.phases}"
             + (f"; also under torch.compile (inductor, dynamic=False; {args.compile_variants}): prefill, and the "
                "decode step replayed as a CUDA graph" if args.compile else ""))
 
@@ -525,14 +527,22 @@ def method(args) -> str:
                                                     help="model suite: the variants --compile times (comma-separated)"),
                          "--no-torchao": dict(action="store_true", help="model suite: leave the torchao variant out"),
                          "--no-fused": dict(action="store_true",
-                                            help="model suite: leave the fp8ext_fused variant out (memory)")})
+                                            help="model suite: leave the fp8ext_fused variant out (memory)"),
+                         "--phases": dict(default="prefill,decode",
+                                          help="model suite: prefill, decode or both (comma-separated; each "
+                                               "--compile shape is a compilation of its own)")})
 def model(args) -> dict:
+    phases = {p.strip() for p in args.phases.split(",")}
+    if not phases or not phases <= {"prefill", "decode"}:
+        raise SystemExit(f"--phases: expected prefill, decode or both, got {args.phases!r}")
+    shapes = {"prefill_shapes": PREFILL if "prefill" in phases else (),
+              "decode_batches": DECODE_BATCHES if "decode" in phases else ()}
     results = []
     for config in (c.strip() for c in args.config.split(",")):
         res = guarded(lambda: compare(config, args.layers, args.vocab, "cuda", ctx=args.ctx, compiled=args.compile,
                                       iters=args.iters, rounds=args.model_rounds, torchao=not args.no_torchao,
                                       compile_variants=[v.strip() for v in args.compile_variants.split(",")],
-                                      fused=not args.no_fused))
+                                      fused=not args.no_fused, **shapes))
         results.append(res if isinstance(res, dict) else {"config": config, "error": res})
         _free("cuda")
         if not args.quiet:
