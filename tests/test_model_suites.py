@@ -189,6 +189,15 @@ def test_compiled_summary_names_each_fp8_variant():
     assert summary["8b decode compiled graph b=8 fp8ext_fused/bf16 tok/s"] == 1.333
 
 
+def test_plot_leaves_out_the_panels_not_measured(tmp_path):
+    pytest.importorskip("matplotlib")
+    rows = [{"config": "8b", "phase": "decode", "shape": f"batch {b}", "mode": mode, "variant": v, "ms": 1.0,
+             "tokens_per_s": 10.0 * b, "vs_bf16": 1.0} for b in (1, 8) for mode in ("graph", "compiled_graph")
+            for v in ("bf16", "fp8ext_fused")]
+    assert model_suite.plot(rows, str(tmp_path / "decode.png")) and (tmp_path / "decode.png").stat().st_size > 0
+    assert model_suite.plot([], str(tmp_path / "none.png")) is False and not (tmp_path / "none.png").exists()
+
+
 def test_model_summary_with_failures():
     results = [{"config": "70b", "error": "failed: OutOfMemoryError: x"},
                {"config": "8b", "variant_errors": {"torchao": "failed: ImportError: no torchao"},

@@ -465,12 +465,16 @@ def summarize(results: list[dict]) -> dict:
 
 
 def plot(rows: list[dict], path: str) -> bool:
-    """Tokens/s per variant, one row of panels per config: prefill (eager), decode as CUDA graph, decode eager."""
+    """Tokens/s per variant, one row of panels per config: prefill (eager), decode as CUDA graph, decode eager and,
+    with --compile, the compiled decode step as a CUDA graph; a panel with nothing measured is left out."""
     plt = pyplot()
     if plt is None:
         return False
-    panels = [("prefill", "eager"), ("decode", "graph"), ("decode", "eager")]
-    panels += [("decode", "compiled_graph")] if any(r["mode"] == "compiled_graph" for r in rows) else []
+    # Only the panels measured (--phases, --compile).
+    panels = [p for p in (("prefill", "eager"), ("decode", "graph"), ("decode", "eager"), ("decode", "compiled_graph"))
+              if any((r["phase"], r["mode"]) == p for r in rows)]
+    if not panels:
+        return False
     configs = list(dict.fromkeys(r["config"] for r in rows))
     fig, axes = plt.subplots(max(1, len(configs)), len(panels), figsize=(5 * len(panels), 3.8 * max(1, len(configs))),
                              squeeze=False)
