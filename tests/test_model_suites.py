@@ -266,7 +266,8 @@ def test_quantize_summary():
     rows = [quantize_suite.bandwidth_row(8192, 8192, torch.bfloat16, {"fp8ext_us": 100.0, "copy_us": 90.0}),
             quantize_suite.bandwidth_row(16384, 8192, torch.bfloat16, {"fp8ext_us": 100.0, "copy_us": 80.0}),
             quantize_suite.bandwidth_row(8192, 8192, torch.float32, {"fp8ext_us": 100.0, "copy_us": 50.0}),
-            quantize_suite.small_m_row(1, 4096, {"empty_us": 5.0, "fp8ext_us": 5.5, "torch_us": 20.0}),
+            quantize_suite.small_m_row(1, 4096, {"empty_us": 5.0, "fp8ext_us": 5.5, "torch_us": 20.0,
+                                                 "copy_us": 6.25}),
             quantize_suite.small_m_row(16, 8192, {"empty_us": 5.0, "fp8ext_us": 5.0, "torch_us": 20.0})]
     assert rows[3]["ratio_to_empty"] == pytest.approx(1.1) and rows[3]["torch_ratio_to_empty"] == 4.0
     s = quantize_suite.summarize(rows)
@@ -274,6 +275,8 @@ def test_quantize_summary():
     assert s["bandwidth acceptance (>= 0.85)"] is False
     assert s["small M max ratio to empty"] == pytest.approx(1.1) and s["small M worst (M, K)"] == "1x4096"
     assert s["small M acceptance (<= 1.2)"] is True
+    assert s["small M copy of the same bytes: min ratio to empty"] == pytest.approx(1.25)
+    assert s["small M max ratio to the copy"] == pytest.approx(0.88)
     rows[4] = quantize_suite.small_m_row(16, 8192, {"empty_us": 5.0, "fp8ext_us": "failed: E"})
     assert quantize_suite.summarize(rows)["small M acceptance (<= 1.2)"] == "incomplete"
 

@@ -7,8 +7,9 @@ interleaved turns), on fresh random inputs.
     write): the fraction of copy bandwidth is copy time / quantize time.
   - small M: M = 1, 2, 4, 8, 16 at K = 4096 and 8192, bf16, against an empty kernel (a one-element in-place add,
     as the floor suite times it): what a quantize costs over the fixed cost of one timed launch. Next to them, a
-    plain read of the same input (torch.amax over all of x: one reduction kernel, one value written), the floor
-    for any kernel that must read x from HBM after the L2 flush.
+    plain read of the same input (torch.amax over all of x: one reduction kernel, one value written) and a copy
+    of the same bytes as the bandwidth rows' (uint8 dst.copy_(src) of half the bytes moved: one read from HBM
+    after the L2 flush and one write, no reduction), the floor for any kernel that must read x and write q.
 
 Both parts also time the formula in plain eager torch ops (amax, scale, divide, clamp, cast: several kernels) as a
 peer, for information.
@@ -55,6 +56,8 @@ def small_m_row(M: int, K: int, times: dict) -> dict:
             "ratio_to_empty": ratio(times.get("fp8ext_us"), times.get("empty_us")),
             "read_ratio_to_empty": ratio(times.get("read_us"), times.get("empty_us")),
             "ratio_to_read": ratio(times.get("fp8ext_us"), times.get("read_us")),
+            "copy_ratio_to_empty": ratio(times.get("copy_us"), times.get("empty_us")),
+            "ratio_to_copy": ratio(times.get("fp8ext_us"), times.get("copy_us")),
             "torch_ratio_to_empty": ratio(times.get("torch_us"), times.get("empty_us"))}
 
 
@@ -76,6 +79,10 @@ def summarize(rows: list[dict]) -> dict:
     out["small M plain read: min ratio to empty"] = min(reads) if reads else None
     over_read = [r["ratio_to_read"] for r in small if r.get("ratio_to_read") is not None]
     out["small M max ratio to the plain read"] = max(over_read) if over_read else None
+    copies = [r["copy_ratio_to_empty"] for r in small if r.get("copy_ratio_to_empty") is not None]
+    out["small M copy of the same bytes: min ratio to empty"] = min(copies) if copies else None
+    over_copy = [r["ratio_to_copy"] for r in small if r.get("ratio_to_copy") is not None]
+    out["small M max ratio to the copy"] = max(over_copy) if over_copy else None
     out[f"small M acceptance (<= {MAX_EMPTY_RATIO})"] = acceptance(ratios, len(small),
                                                                   lambda v: max(v) <= MAX_EMPTY_RATIO)
     return out
@@ -104,8 +111,11 @@ def measure_small_m(timer: Timer, rounds: int) -> list[dict]:
     for K in SMALL_K:
         for M in SMALL_M:
             x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+            src = torch.randint(0, 256, (bytes_moved(M, K, x.dtype) // 2,), device="cuda", dtype=torch.uint8)
+            dst = torch.empty_like(src)
             peers = {"empty_us": lambda: one.add_(1), "fp8ext_us": lambda: quantize_rowwise(x),
-                     "read_us": lambda: torch.amax(x), "torch_us": lambda: torch_quantize_rowwise(x)}
+                     "read_us": lambda: torch.amax(x), "copy_us": lambda: dst.copy_(src),
+                     "torch_us": lambda: torch_quantize_rowwise(x)}
             times = timed_or_failed(timer, peers, rounds)
             rows.append(small_m_row(M, K, times))
             print(f"small M {M}x{K}: fp8ext {times['fp8ext_us']} us, empty {times['empty_us']} us, ratio "
@@ -121,5 +131,6 @@ def quantize(args) -> dict:
     return {"method": f"{TIMER_METHOD}, {args.rounds} interleaved turns, "
                       f"{args.rep_ms:g} ms per choice; bytes moved = input + FP8 output + float32 scales, copy of "
                       "the same bytes (uint8 dst.copy_(src) of half as many bytes, read + write); small M against a "
-                      "one-element in-place add; torch peer: eager amax, scale, divide, clamp, cast",
+                      "one-element in-place add, a plain read (torch.amax) and a copy of the same bytes; torch "
+                      "peer: eager amax, scale, divide, clamp, cast",
             "summary": summarize(rows), "rows": rows}
