@@ -61,6 +61,69 @@ def test_interleaved_enters_around_for_each_turn():
     assert entered == ["a", "b", "b", "a"] and [c[0] for c in t.calls] == [1, 2, 2, 1]
 
 
+class _GpuScript:
+    """Stands in for the CUDA calls Timer.samples makes, in order: each call appends to `log`; fn's issue takes
+    `issue_us` on a scripted host clock and every timed span `span_us`."""
+
+    def __init__(self, monkeypatch, issue_us=10.0, span_us=18.0):
+        import fp8ext.bench.timing as timing
+
+        self.log, self.clock, self.issue_us = [], 0.0, issue_us
+        script = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.name = None
+
+            def record(self):
+                script.log.append("record")
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end):
+                return span_us / 1e3
+
+        class Flush:
+            def zero_(self):
+                script.log.append("flush")
+
+        monkeypatch.setattr(timing.torch.cuda, "Event", Event)
+        monkeypatch.setattr(timing.torch.cuda, "_sleep", lambda cycles: self.log.append(("hold", cycles)))
+        monkeypatch.setattr(timing.torch.cuda, "synchronize", lambda: None)
+        monkeypatch.setattr(timing.time, "perf_counter", lambda: self.clock)
+        self.flush = Flush()
+
+    def fn(self):
+        self.log.append("fn")
+        self.clock += self.issue_us * 1e-6
+
+
+def _timer(script, hold=True, rep_ms=10.0):
+    t = Timer.__new__(Timer)
+    t.rep_ms, t.warmup_ms, t.hold = rep_ms, 0.0, hold
+    t._flush, t._cycles_per_us, t._flush_time_us = script.flush, 1000.0, 70.0
+    return t
+
+
+def test_timer_holds_the_gpu_before_each_start_event(monkeypatch):
+    """Each timed sample is flush, hold, start, fn, end; the hold is twice fn's issue time plus 20 us (in the spin
+    kernel's cycles), and the samples fill rep_ms of flush + hold + fn."""
+    script = _GpuScript(monkeypatch, issue_us=10.0, span_us=18.0)
+    samples = _timer(script).samples(script.fn)
+    n = int(10e3 / (70.0 + 40.0 + 18.0))
+    assert len(samples) == n and samples == [pytest.approx(18.0)] * n
+    timed = script.log[-5 * n:]
+    assert timed == ["flush", ("hold", 40_000), "record", "fn", "record"] * n
+
+
+def test_timer_without_hold_is_do_bench_order(monkeypatch):
+    script = _GpuScript(monkeypatch)
+    samples = _timer(script, hold=False).samples(script.fn)
+    assert not any(isinstance(e, tuple) for e in script.log)
+    assert script.log[-4 * len(samples):] == ["flush", "record", "fn", "record"] * len(samples)
+
+
 def test_rounds_must_be_positive():
     with pytest.raises(SystemExit):
         main(["--rounds", "0"])
