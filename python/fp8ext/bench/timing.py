@@ -20,11 +20,11 @@ class Timer:
     event, fn(), record an end event; the samples are queued without synchronizing, as triton.testing.do_bench
     queues them. The hold is what do_bench lacks: the start event then runs only after the host has issued fn's
     launches, so the span holds fn's GPU work (its launches back to back) and no host time. Without it a sample
-    whose host fell behind the GPU timed fn's host work too: on the H200's host an fp8ext call takes 30-50 us to
-    issue and a flush about 70 us to run, and the swapped stream-K kernel's eager medians at 64 x 576 x 7168 moved
-    between 17 and 37 us from process to process while its CUDA-graph replays stayed at 18.2-18.5 us
-    (scripts/probe_streamk.py). The hold is twice fn's measured issue time plus 20 us. Host time has its own suite
-    (--suite host)."""
+    whose host fell behind the GPU timed fn's host work too: on the H200's host an fp8ext call took 26-51 us to
+    issue and the flush, a 256 MiB write, runs about 70 us; the swapped stream-K kernel's eager medians at
+    64 x 576 x 7168 moved between 17 and 37 us from process to process while its CUDA-graph replays stayed at
+    18.2-18.5 us (scripts/probe_streamk.py). The hold is twice fn's measured issue time plus 20 us. Host time has
+    its own suite (--suite host)."""
 
     FLUSH_BYTES = 256 * 1024 * 1024
 
