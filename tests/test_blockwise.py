@@ -164,15 +164,39 @@ def test_quantized_model_layer_end_to_end_cpu():
     assert ((out.float() - ref).norm() / ref.norm()).item() < 0.05
 
 
-def _fit_script():
+def _script(name):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / "fit_blockwise_dispatch.py"
-    spec = importlib.util.spec_from_file_location("fit_blockwise_dispatch", path)
-    fit = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fit)
-    return fit
+    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_torch_blockwise_probe_tells_right_wrong_and_refused(monkeypatch):
+    """scripts/probe_torch_blockwise.py, the check to rerun before the backstop is turned on for another torch:
+    on CPU, with fp8ext's reference path standing in for torch (right), a scaled copy of it (wrong) and torch's
+    own CPU refusal."""
+    probe = _script("probe_torch_blockwise")
+    monkeypatch.setattr("fp8ext.testing.random_blockwise_operands",
+                        lambda M, N, K, device: random_blockwise_operands(M, N, K))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(probe, "M", 8)
+    monkeypatch.setattr(probe, "N", 128)
+
+    def refuse(*args, **kwargs):
+        raise ValueError("Invalid scaling configuration.\n- details")
+
+    monkeypatch.setattr(torch, "_scaled_mm", refuse)
+    assert probe.probe_k(640)["torch"] == "refused: Invalid scaling configuration."
+    monkeypatch.setattr(torch, "_scaled_mm", lambda a, b, sa, sb, out_dtype: fp8ext.scaled_mm(a, b, sa, sb))
+    row = probe.probe_k(640)
+    assert row["torch"] == "right" and row["k_groups"] == 5 and not row["k_groups_multiple_of_4"]
+    monkeypatch.setattr(torch, "_scaled_mm", lambda a, b, sa, sb, out_dtype: 1.5 * fp8ext.scaled_mm(a, b, sa, sb))
+    row = probe.probe_k(512)
+    assert row["torch"].startswith("wrong: ") and row["rel_err"] > 0.4 and row["k_groups_multiple_of_4"]
 
 
 def test_dispatch_fit_recovers_a_linear_time_model_and_scores_the_dispatch_own_picks():
@@ -180,7 +204,7 @@ def test_dispatch_fit_recovers_a_linear_time_model_and_scores_the_dispatch_own_p
     # selection (no GPU needed).
     if not fp8ext.blockwise_kernel_names():
         pytest.skip("a CPU-only build has no block-scaled kernels to pick from")
-    fit = _fit_script()
+    fit = _script("fit_blockwise_dispatch")
     tiles = [k for k in fp8ext.blockwise_kernel_names() if k.endswith("_bf16") and "_gemv_" not in k]
     truth = {k: (3.0 + i, (1.0 + 0.5 * i) * 1e-7) for i, k in enumerate(tiles)}
     rows = []
@@ -225,7 +249,7 @@ def test_dispatch_residuals_correct_the_line_near_their_rows_only():
     # of M, N and K, shrunk by kResidualPrior (0.05) towards 0.
     if not fp8ext.blockwise_kernel_names():
         pytest.skip("a CPU-only build has no block-scaled kernels to pick from")
-    fit = _fit_script()
+    fit = _script("fit_blockwise_dispatch")
     tiles = [k for k in fp8ext.blockwise_kernel_names() if k.endswith("_bf16") and "_gemv_" not in k]
     first, second = tiles[0], tiles[1]
     shape = {"M": 4096, "N": 7168, "K": 7168}
@@ -301,7 +325,7 @@ def test_dispatch_backstop_takes_calls_torch_is_predicted_faster_on():
 def test_fit_script_fits_torch_as_the_backstop():
     if not fp8ext.blockwise_kernel_names():
         pytest.skip("a CPU-only build has no block-scaled kernels to pick from")
-    fit = _fit_script()
+    fit = _script("fit_blockwise_dispatch")
     tiles = [k for k in fp8ext.blockwise_kernel_names() if k.endswith("_bf16") and "_gemv_" not in k]
     rows = []
     for M, N, K in ((256, 7168, 2048), (512, 4096, 7168), (4096, 7168, 16384), (1024, 36864, 7168)):
