@@ -41,25 +41,13 @@ class Timer:
         """The spin kernel's clock (torch.cuda._sleep counts SM cycles), measured once."""
         if self._cycles_per_us is None:
             cycles = 200_000
-            torch.cuda._sleep(cycles)  # first launch loads the kernel
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            torch.cuda._sleep(cycles)
-            end.record()
-            end.synchronize()
-            self._cycles_per_us = cycles / (1e3 * start.elapsed_time(end))
+            self._cycles_per_us = cycles / _once_us(lambda: torch.cuda._sleep(cycles))
         return self._cycles_per_us
 
     def _flush_us(self) -> float:
         """How long one flush runs, measured once."""
         if self._flush_time_us is None:
-            self._flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            self._flush.zero_()
-            end.record()
-            end.synchronize()
-            self._flush_time_us = 1e3 * start.elapsed_time(end)
+            self._flush_time_us = _once_us(self._flush.zero_)
         return self._flush_time_us
 
     def samples(self, fn: Callable[[], object], rep_ms: Optional[float] = None,
@@ -87,13 +75,13 @@ class Timer:
         for _ in range(int(1e3 * warmup / per_call)):
             fn()
         hold_us = 2.0 * _median(issue) + 20.0 if self.hold else 0.0
-        hold = int(hold_us * self._spin_cycles_per_us())
+        hold_cycles = int(hold_us * self._spin_cycles_per_us()) if self.hold else 0
         n = max(5, int(1e3 * rep / (self._flush_us() + hold_us + per_call)))
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
         for start, end in events:
             self._flush.zero_()
-            if hold:
-                torch.cuda._sleep(hold)
+            if hold_cycles:
+                torch.cuda._sleep(hold_cycles)
             start.record()
             fn()
             end.record()
@@ -116,6 +104,17 @@ class Timer:
                 with around(n) if around is not None else contextlib.nullcontext():
                     times[n] += self.samples(fns[n], rep_ms=self.rep_ms / rounds, warmup_ms=warmup)
         return {n: _median(t) for n, t in times.items()}
+
+
+def _once_us(op: Callable[[], object]) -> float:
+    """GPU time of one op() in microseconds, after one untimed op() (which also loads its kernel)."""
+    op()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    op()
+    end.record()
+    end.synchronize()
+    return 1e3 * start.elapsed_time(end)
 
 
 def _median(xs: list[float]) -> float:
