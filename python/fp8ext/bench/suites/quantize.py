@@ -42,6 +42,14 @@ def gbps(nbytes: int, us) -> Optional[float]:
     return r * 1e6 / 1e9 if r is not None else None
 
 
+def same_bytes_copy(x: torch.Tensor):
+    """A device-to-device copy that moves what quantize_rowwise(x) moves: half of bytes_moved read, half written
+    (uint8 dst.copy_(src), buffers of their own)."""
+    src = torch.randint(0, 256, (bytes_moved(*x.shape, x.dtype) // 2,), device=x.device, dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
+
+
 def bandwidth_row(M: int, K: int, dtype: torch.dtype, times: dict) -> dict:
     """A bandwidth row from the times in us ({"fp8ext_us", "copy_us", "torch_us"}, any a failure string)."""
     n = bytes_moved(M, K, dtype)
@@ -92,16 +100,13 @@ def measure_bandwidth(timer: Timer, rounds: int) -> list[dict]:
     rows = []
     for M, K, dtype in BANDWIDTH_SHAPES:
         x = torch.randn(M, K, device="cuda", dtype=dtype)
-        half = bytes_moved(M, K, dtype) // 2
-        src = torch.randint(0, 256, (half,), device="cuda", dtype=torch.uint8)
-        dst = torch.empty_like(src)
-        times = timed_or_failed(timer, {"fp8ext_us": lambda: quantize_rowwise(x), "copy_us": lambda: dst.copy_(src),
+        times = timed_or_failed(timer, {"fp8ext_us": lambda: quantize_rowwise(x), "copy_us": same_bytes_copy(x),
                                         "torch_us": lambda: torch_quantize_rowwise(x)}, rounds)
         rows.append(bandwidth_row(M, K, dtype, times))
         r = rows[-1]
         print(f"bandwidth {M}x{K} {r['dtype']}: fp8ext {r['fp8ext_gbps']} GB/s, copy {r['copy_gbps']} GB/s, "
               f"fraction of copy {r['fraction_of_copy']}", flush=True)
-        del x, src, dst
+        del x
     return rows
 
 
@@ -111,10 +116,8 @@ def measure_small_m(timer: Timer, rounds: int) -> list[dict]:
     for K in SMALL_K:
         for M in SMALL_M:
             x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-            src = torch.randint(0, 256, (bytes_moved(M, K, x.dtype) // 2,), device="cuda", dtype=torch.uint8)
-            dst = torch.empty_like(src)
             peers = {"empty_us": lambda: one.add_(1), "fp8ext_us": lambda: quantize_rowwise(x),
-                     "read_us": lambda: torch.amax(x), "copy_us": lambda: dst.copy_(src),
+                     "read_us": lambda: torch.amax(x), "copy_us": same_bytes_copy(x),
                      "torch_us": lambda: torch_quantize_rowwise(x)}
             times = timed_or_failed(timer, peers, rounds)
             rows.append(small_m_row(M, K, times))
