@@ -422,6 +422,15 @@ def _value(x, digits: int = 3):
     return round(x, digits) if isinstance(x, float) else ("n/a" if x is None else x)
 
 
+def _variant_lines(out: dict, prefix: str, entry: dict, missing) -> None:
+    """The summary's "<prefix> <variant>/bf16 tok/s" line of fp8ext (always) and of each other FP8EXT_VARIANTS
+    entry measured; `missing` (the row's error) stands in when nothing was measured."""
+    for name in FP8EXT_VARIANTS:
+        if name == "fp8ext" or name in (entry.get("ms") or {}):
+            out[f"{prefix} {name}/bf16 tok/s"] = _value(
+                entry.get("speedup", {}).get("vs_bf16", {}).get(name) if entry else missing)
+
+
 def summarize(results: list[dict]) -> dict:
     """Per config: prefill tokens/s fp8ext/bf16 per shape, decode (CUDA graph) tokens/s fp8ext/bf16 per batch,
     top-1 agreement of fp8ext with bf16, and fp8ext's geomean speed-up over torchao and over torch_rowwise across
@@ -441,14 +450,8 @@ def summarize(results: list[dict]) -> dict:
                 extras = (("compiled", "prefill compiled"), ("compiled_graph", "decode compiled graph"))
                 for extra, extra_tag in extras:
                     if r.get(extra):
-                        for name in FP8EXT_VARIANTS:
-                            if name == "fp8ext" or name in r[extra]["ms"]:
-                                out[f"{c} {extra_tag} {shape} {name}/bf16 tok/s"] = _value(
-                                    r[extra]["speedup"]["vs_bf16"].get(name))
-                for name in FP8EXT_VARIANTS:
-                    if name == "fp8ext" or name in (entry.get("ms") or {}):
-                        out[f"{c} {tag} {shape} {name}/bf16 tok/s"] = _value(
-                            entry.get("speedup", {}).get("vs_bf16", {}).get(name) if entry else r.get("error"))
+                        _variant_lines(out, f"{c} {extra_tag} {shape}", r[extra], None)
+                _variant_lines(out, f"{c} {tag} {shape}", entry, r.get("error"))
                 if phase == "decode" and CEILING in (entry.get("ms") or {}):
                     out[f"{c} {tag} {shape} ceiling ({CEILING})/bf16 tok/s"] = _value(
                         entry["speedup"]["vs_bf16"].get(CEILING, entry["ms"][CEILING]))
@@ -537,7 +540,7 @@ def method(args) -> str:
                                                "--compile shape is a compilation of its own)")})
 def model(args) -> dict:
     phases = {p.strip() for p in args.phases.split(",")}
-    if not phases or not phases <= {"prefill", "decode"}:
+    if not phases <= {"prefill", "decode"}:
         raise SystemExit(f"--phases: expected prefill, decode or both, got {args.phases!r}")
     shapes = {"prefill_shapes": PREFILL if "prefill" in phases else (),
               "decode_batches": DECODE_BATCHES if "decode" in phases else ()}
