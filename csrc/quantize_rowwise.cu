@@ -4,10 +4,11 @@
 // One pass (every row whose start is 16-byte aligned and whose width is at most 64 KiB: K <= 32768 in bf16):
 // kThreadsPerRow threads share a row and each holds kPacks 16-byte packs of it in registers. All of a thread's
 // loads are issued before any is used, so a row costs one trip to memory; the packs' |x| reduce to the row's amax
-// (warp shuffles, then shared memory across the row's warps), and the same registers are scaled, cast and
-// stored. x is read once: the kernel moves K * (sizeof(In) + 1) bytes per row, the least there is. The width is
-// the smallest power of two from a warp to 1024 threads that covers the row with 4 packs a thread, so a thread
-// keeps 64 bytes in flight and several rows share an SM.
+// (redux.sync in each warp, then shared memory across the row's warps), and the same registers are scaled, cast
+// and stored. x is read once: the kernel moves K * (sizeof(In) + 1) bytes per row, the least there is. The width
+// is the smallest power of two from a warp to 1024 threads that covers the row with 4 packs a thread, so a thread
+// keeps 64 bytes in flight and several rows share an SM; with at most kFewRows rows, 2 packs a thread and twice
+// the threads, which shortens each row's chain when the GPU is not full (launch_aligned).
 //
 // Two passes (rows that are not 16-byte aligned, read one element at a time, and rows over 64 KiB): pass 1 reads
 // the row and reduces it to amax, pass 2 reads it again, from L1/L2, and writes q. The width is chosen so that the
@@ -78,22 +79,24 @@ __device__ __forceinline__ const In* row_start(const QuantizeRowwiseParams& p, i
   return x + (r / p.inner_rows) * p.outer_stride + (r % p.inner_rows) * p.inner_stride;
 }
 
-// The row's amax from each of its kThreadsPerRow threads' partial amax: warp shuffles, then shared memory across
-// the row's warps. Every thread of the CTA must call it (it holds __syncthreads() when a row spans warps).
+// The row's amax from each of its kThreadsPerRow threads' partial amax. Every partial is +0, positive, +inf or NaN
+// (of either sign): the |x| of pack_amax, never -0. Read as unsigned integers those order the same way, and every
+// NaN is above +inf, so the integer max is the float max with NaN propagated: one redux.sync per warp instead of
+// five shuffles. Across the row's warps, each warp's max goes through shared memory and is reduced once more by
+// redux. Every thread of the CTA must call it (it holds __syncthreads() when a row spans warps); `last` says the
+// CTA has no further row group, so no barrier is needed before shared memory could be written again.
 template <int kThreadsPerRow, int kRowsPerCta>
-__device__ __forceinline__ float row_amax(float amax, int row_in_cta, int lane) {
+__device__ __forceinline__ float row_amax(float amax, int row_in_cta, int lane, bool last) {
   constexpr int kWarpsPerRow = kThreadsPerRow / 32;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) amax = abs_max_nan(amax, __shfl_xor_sync(kFullMask, amax, offset));
+  unsigned bits = __reduce_max_sync(kFullMask, __float_as_uint(amax));
   if constexpr (kWarpsPerRow > 1) {
-    __shared__ float warp_amax[kRowsPerCta][kWarpsPerRow];
-    if (lane % 32 == 0) warp_amax[row_in_cta][lane / 32] = amax;
+    __shared__ unsigned warp_amax[kRowsPerCta][kWarpsPerRow];
+    if (lane % 32 == 0) warp_amax[row_in_cta][lane / 32] = bits;
     __syncthreads();
-#pragma unroll
-    for (int w = 0; w < kWarpsPerRow; ++w) amax = abs_max_nan(amax, warp_amax[row_in_cta][w]);
-    __syncthreads();  // the CTA's next row group overwrites warp_amax
+    bits = __reduce_max_sync(kFullMask, lane % 32 < kWarpsPerRow ? warp_amax[row_in_cta][lane % 32] : 0u);
+    if (!last) __syncthreads();  // the CTA's next row group overwrites warp_amax
   }
-  return amax;
+  return __uint_as_float(bits);
 }
 
 // max(amax, |v[0]|, ..., |v[kVec-1]|), NaN-propagating. 16-bit packs are reduced pairwise in their own type first
@@ -183,7 +186,7 @@ __global__ void __launch_bounds__(cta_threads(kThreadsPerRow)) quantize_rowwise_
 #pragma unroll
       for (int j = 0; j < kPacks; ++j) amax = pack_amax(amax, v[j]);
     }
-    amax = row_amax<kThreadsPerRow, kRowsPerCta>(amax, row_in_cta, lane);
+    amax = row_amax<kThreadsPerRow, kRowsPerCta>(amax, row_in_cta, lane, g + gridDim.x >= groups);
     if (!active) continue;
     const float inv = finish_amax<kFormat>(p, r, lane, amax);
     OutPack<kVec>* q = reinterpret_cast<OutPack<kVec>*>(static_cast<__nv_fp8_storage_t*>(p.q) + r * p.K);
@@ -219,7 +222,7 @@ __global__ void __launch_bounds__(cta_threads(kThreadsPerRow)) quantize_rowwise_
         amax = pack_amax(amax, x[i]);
       }
     }
-    amax = row_amax<kThreadsPerRow, kRowsPerCta>(amax, row_in_cta, lane);
+    amax = row_amax<kThreadsPerRow, kRowsPerCta>(amax, row_in_cta, lane, g + gridDim.x >= groups);
     if (!active) continue;
     const float inv = finish_amax<kFormat>(p, r, lane, amax);
     OutPack<kVec>* q = reinterpret_cast<OutPack<kVec>*>(static_cast<__nv_fp8_storage_t*>(p.q) + r * p.K);
@@ -248,18 +251,32 @@ cudaError_t launch_two_pass(const QuantizeRowwiseParams& p, cudaStream_t stream)
                      grid_for<kThreadsPerRow>(p), cta_threads(kThreadsPerRow), stream, p);
 }
 
-// 16-byte aligned rows: one pass with the narrowest width that holds the row in 4 packs a thread, two passes
+// 16-byte aligned rows: one pass with the narrowest width that holds the row in kPacks packs a thread, two passes
 // past 64 KiB (8 packs a thread at 1024 threads would need more than the 64 registers a thread can have there).
+template <typename In, __nv_fp8_interpretation_t kFormat, int kPacks>
+cudaError_t launch_one_pass_width(const QuantizeRowwiseParams& p, cudaStream_t stream) {
+  constexpr int kVec = 16 / sizeof(In);
+  const int64_t nvec = p.K / kVec;
+  if (nvec <= 32 * kPacks) return launch_one_pass<In, kFormat, 32, kPacks>(p, stream);
+  if (nvec <= 64 * kPacks) return launch_one_pass<In, kFormat, 64, kPacks>(p, stream);
+  if (nvec <= 128 * kPacks) return launch_one_pass<In, kFormat, 128, kPacks>(p, stream);
+  if (nvec <= 256 * kPacks) return launch_one_pass<In, kFormat, 256, kPacks>(p, stream);
+  if (nvec <= 512 * kPacks) return launch_one_pass<In, kFormat, 512, kPacks>(p, stream);
+  return launch_one_pass<In, kFormat, 1024, kPacks>(p, stream);
+}
+
+// Up to this many rows the grid is at most one CTA per SM of an H200 (132): every row is a latency chain (load,
+// reduce, scale, convert, store) with nothing to overlap it, and the chain is shorter at 2 packs a thread and twice
+// the threads (measured at M = 1..16, K = 4096 and 8192: scripts/probe_quantize_small_m.cu). Past it the GPU is
+// full and 4 packs a thread keep more bytes in flight per thread.
+constexpr int64_t kFewRows = 128;
+
 template <typename In, __nv_fp8_interpretation_t kFormat>
 cudaError_t launch_aligned(const QuantizeRowwiseParams& p, cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(In);
   const int64_t nvec = p.K / kVec;
-  if (nvec <= 32 * 4) return launch_one_pass<In, kFormat, 32, 4>(p, stream);
-  if (nvec <= 64 * 4) return launch_one_pass<In, kFormat, 64, 4>(p, stream);
-  if (nvec <= 128 * 4) return launch_one_pass<In, kFormat, 128, 4>(p, stream);
-  if (nvec <= 256 * 4) return launch_one_pass<In, kFormat, 256, 4>(p, stream);
-  if (nvec <= 512 * 4) return launch_one_pass<In, kFormat, 512, 4>(p, stream);
-  if (nvec <= 1024 * 4) return launch_one_pass<In, kFormat, 1024, 4>(p, stream);
+  if (p.rows <= kFewRows && nvec <= 1024 * 2) return launch_one_pass_width<In, kFormat, 2>(p, stream);
+  if (nvec <= 1024 * 4) return launch_one_pass_width<In, kFormat, 4>(p, stream);
   return launch_two_pass<In, kFormat, kVec, 512>(p, stream);
 }
 

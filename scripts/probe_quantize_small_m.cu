@@ -1,0 +1,287 @@
+// Where a small-M quantize_rowwise spends its time over an empty launch: a standalone probe (no libtorch).
+//
+//   nvcc -std=c++17 -O3 -arch=sm_90a -DFP8EXT_WITH_CUDA -Icsrc scripts/probe_quantize_small_m.cu csrc/quantize_rowwise.cu \
+//        -o /tmp/probe_quantize && /tmp/probe_quantize > probe.json
+//
+// Timed like fp8ext.bench.Timer: before each sample a 256 MiB write flushes the L2 and a spin kernel holds the GPU
+// for 30 us, so that the host has queued the start event, the op and the end event before the op can start; the
+// sample is the events' span. Medians of 300 samples per op, ops interleaved sample by sample.
+//
+// Ops per (M, K), bf16 in, e4m3 out:
+//   empty          a kernel of one thread that does nothing
+//   fp8ext         launch_quantize_rowwise, the library's kernel (FP8EXT_PDL as in the environment)
+//   fp8ext_warm    the same without the flush (x, the kernel's code and its parameters may sit in L2)
+//   copy           the quantize's geometry (threads per row, 4 packs a thread), each pack loaded and its first
+//                  8 bytes stored: the same bytes moved, no reduction, no conversion
+//   q_T<t>_P<p>_<red>  a quantize written here: t threads per row, p 16-byte packs a thread, the row's amax by
+//                  red = "full" (redux.sync in each warp, then shared memory across the row's warps), "warp" (redux
+//                  only: wrong values, the cost of the cross-warp step left out), "none" (amax = 1: no reduction),
+//                  "warp_smem" (warp, plus a shared-memory store and load that change nothing) or "full_global"
+//                  (the warps' maxima exchanged through global memory, read back from L2)
+//   copy_smem      copy, plus a shared-memory store and load that change nothing: does a kernel that has shared
+//                  memory cost more to start after kernels that have none?
+// Prints one JSON object.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "quantize_rowwise.h"
+
+#define CHECK(x)                                                                                 \
+  do {                                                                                           \
+    cudaError_t e_ = (x);                                                                        \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+namespace {
+
+__global__ void empty_kernel() {}
+
+__global__ void spin_kernel(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
+__global__ void flush_kernel(uint4* buf, size_t n, uint32_t v) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    buf[i] = make_uint4(v, v, v, v);
+}
+
+// kCopySmem / kWarpSmem: kCopy / kWarp plus one volatile shared-memory store and load per thread (a kernel that
+// has shared memory, whose values do not depend on it). kFullGlobal: kFull with the warps' maxima exchanged through
+// a global scratch row (read from L2 after the barrier) instead of shared memory.
+enum Red { kCopy, kNone, kWarp, kFull, kCopySmem, kWarpSmem, kFullGlobal };
+
+template <int T, int P, int R>
+__global__ void __launch_bounds__(T < 256 ? 256 : T) probe_quantize(const uint4* x, uint2* q, float* scale, int K,
+                                                                    int rows, unsigned* scratch) {
+  constexpr int kCta = T < 256 ? 256 : T;
+  constexpr int kRowsPerCta = kCta / T;
+  constexpr int kWarps = T / 32;
+  const int row_in_cta = threadIdx.x / T, lane = threadIdx.x % T;
+  const int r = blockIdx.x * kRowsPerCta + row_in_cta;
+  const int nvec = K / 8;
+  const bool active = r < rows;
+  uint4 v[P];
+  float amax = 0.f;
+  if (active) {
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+      const int i = lane + j * T;
+      v[j] = i < nvec ? x[size_t(r) * nvec + i] : make_uint4(0, 0, 0, 0);
+    }
+    if constexpr (R == kCopy || R == kCopySmem) {
+      uint32_t first = v[0].x;
+      if constexpr (R == kCopySmem) {
+        __shared__ unsigned touch[kCta];
+        volatile unsigned* t = touch;
+        t[threadIdx.x] = first;
+        first = t[threadIdx.x];
+      }
+#pragma unroll
+      for (int j = 0; j < P; ++j) {
+        const int i = lane + j * T;
+        if (i < nvec) q[size_t(r) * nvec + i] = make_uint2(j == 0 ? first : v[j].x, v[j].y);
+      }
+      return;
+    } else {
+#pragma unroll
+      for (int j = 0; j < P; ++j) {
+        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v[j]);
+        __nv_bfloat162 m = __habs2(h[0]);
+#pragma unroll
+        for (int e = 1; e < 4; ++e) m = __hmax2_nan(m, __habs2(h[e]));
+        amax = fmaxf(amax, fmaxf(__low2float(m), __high2float(m)));
+      }
+    }
+  }
+  if constexpr (R == kNone) {
+    amax = 1.f;
+  } else {
+    unsigned bits = __reduce_max_sync(0xffffffffu, __float_as_uint(amax));
+    if constexpr (R == kWarpSmem) {
+      __shared__ unsigned touch[kCta];
+      volatile unsigned* t = touch;
+      t[threadIdx.x] = bits;
+      bits = t[threadIdx.x];
+    }
+    if constexpr (R == kFull && kWarps > 1) {
+      __shared__ unsigned wa[kRowsPerCta][kWarps];
+      if (lane % 32 == 0) wa[row_in_cta][lane / 32] = bits;
+      __syncthreads();
+      bits = __reduce_max_sync(0xffffffffu, lane % 32 < kWarps ? wa[row_in_cta][lane % 32] : 0u);
+    }
+    if constexpr (R == kFullGlobal && kWarps > 1) {
+      unsigned* row_scratch = scratch + size_t(blockIdx.x) * 64 + row_in_cta * kWarps;
+      if (lane % 32 == 0) row_scratch[lane / 32] = bits;
+      __syncthreads();
+      bits = __reduce_max_sync(0xffffffffu, lane % 32 < kWarps ? __ldcg(row_scratch + lane % 32) : 0u);
+    }
+    amax = __uint_as_float(bits);
+  }
+  if (!active) return;
+  amax = fmaxf(amax, 1e-12f);
+  if (lane == 0) scale[r] = amax / 448.f;
+  const float inv = 448.f / amax;
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const int i = lane + j * T;
+    if (i >= nvec) continue;
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(&v[j]);
+    uint32_t out[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float a = __uint_as_float(w[2 * h] << 16) * inv, b = __uint_as_float(w[2 * h] & 0xffff0000u) * inv;
+      const float c = __uint_as_float(w[2 * h + 1] << 16) * inv,
+                  d = __uint_as_float(w[2 * h + 1] & 0xffff0000u) * inv;
+      const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+      const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
+      out[h] = lo | (hi << 16);
+    }
+    q[size_t(r) * nvec + i] = make_uint2(out[0], out[1]);
+  }
+}
+
+template <int T, int P, int R>
+std::function<void()> probe_op(const uint4* x, uint2* q, float* s, int M, int K, unsigned* scratch) {
+  constexpr int kCta = T < 256 ? 256 : T;
+  const int grid = (M + kCta / T - 1) / (kCta / T);
+  return [=] { probe_quantize<T, P, R><<<grid, kCta>>>(x, q, s, K, M, scratch); };
+}
+
+// The narrowest power-of-two width from a warp that covers nvec packs with 4 a thread (the library's rule).
+int width_for(int nvec) {
+  int t = 32;
+  while (t * 4 < nvec) t *= 2;
+  return t;
+}
+
+struct Op {
+  std::string name;
+  std::function<void()> fn;
+  bool flush;
+  std::vector<float> us;
+};
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main() {
+  int sm_clock_khz = 0;
+  CHECK(cudaDeviceGetAttribute(&sm_clock_khz, cudaDevAttrClockRate, 0));
+  const long long spin = static_cast<long long>(sm_clock_khz) * 30 / 1000;  // 30 us
+  const size_t flush_n = (256u << 20) / sizeof(uint4);
+  uint4* flush_buf;
+  CHECK(cudaMalloc(&flush_buf, flush_n * sizeof(uint4)));
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  const int kSamples = 300;
+  std::printf("{\"samples\": %d, \"rows\": [\n", kSamples);
+  bool first = true;
+  for (int K : {4096, 8192}) {
+    for (int M : {1, 4, 16}) {
+      const int nvec = K / 8;
+      uint4* x;
+      uint2* q;
+      float* s;
+      CHECK(cudaMalloc(&x, size_t(M) * K * 2));
+      CHECK(cudaMalloc(&q, size_t(M) * K));
+      CHECK(cudaMalloc(&s, size_t(M) * 4));
+      unsigned* scratch;  // 64 words a CTA for kFullGlobal
+      CHECK(cudaMalloc(&scratch, size_t(M) * 64 * 4));
+      // Fresh non-zero values: bf16 bit patterns of numbers in [1, 2) with a random mantissa and sign.
+      std::vector<uint16_t> host(size_t(M) * K);
+      uint32_t seed = 12345u + M * 7u + K;
+      for (auto& h : host) {
+        seed = seed * 1664525u + 1013904223u;
+        h = static_cast<uint16_t>(0x3f80u | ((seed >> 9) & 0x7fu) | ((seed >> 31) << 15));
+      }
+      CHECK(cudaMemcpy(x, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+      fp8ext::QuantizeRowwiseParams p;
+      p.x = x;
+      p.rows = M;
+      p.K = K;
+      p.inner_rows = M;
+      p.inner_stride = K;
+      p.q = q;
+      p.scale = s;
+      std::vector<Op> ops;
+      ops.push_back({"empty", [] { empty_kernel<<<1, 1>>>(); }, true, {}});
+      ops.push_back({"fp8ext", [p] { CHECK(fp8ext::launch_quantize_rowwise(p, 0)); }, true, {}});
+      ops.push_back({"fp8ext_warm", [p] { CHECK(fp8ext::launch_quantize_rowwise(p, 0)); }, false, {}});
+      const int t = width_for(nvec);
+      auto add = [&](const std::string& name, std::function<void()> fn) { ops.push_back({name, fn, true, {}}); };
+      if (t == 128) {
+        add("copy", probe_op<128, 4, kCopy>(x, q, s, M, K, scratch));
+        add("copy_smem", probe_op<128, 4, kCopySmem>(x, q, s, M, K, scratch));
+        add("q_T256_P2_warp", probe_op<256, 2, kWarp>(x, q, s, M, K, scratch));
+        add("q_T256_P2_warp_smem", probe_op<256, 2, kWarpSmem>(x, q, s, M, K, scratch));
+        add("q_T256_P2_full_global", probe_op<256, 2, kFullGlobal>(x, q, s, M, K, scratch));
+        add("q_T128_P4_full", probe_op<128, 4, kFull>(x, q, s, M, K, scratch));
+        add("q_T128_P4_warp", probe_op<128, 4, kWarp>(x, q, s, M, K, scratch));
+        add("q_T128_P4_none", probe_op<128, 4, kNone>(x, q, s, M, K, scratch));
+        add("q_T512_P1_full", probe_op<512, 1, kFull>(x, q, s, M, K, scratch));
+        add("q_T256_P2_full", probe_op<256, 2, kFull>(x, q, s, M, K, scratch));
+        add("q_T64_P8_full", probe_op<64, 8, kFull>(x, q, s, M, K, scratch));
+        add("q_T32_P16_full", probe_op<32, 16, kFull>(x, q, s, M, K, scratch));
+      } else {
+        add("copy", probe_op<256, 4, kCopy>(x, q, s, M, K, scratch));
+        add("copy_smem", probe_op<256, 4, kCopySmem>(x, q, s, M, K, scratch));
+        add("q_T512_P2_warp", probe_op<512, 2, kWarp>(x, q, s, M, K, scratch));
+        add("q_T512_P2_warp_smem", probe_op<512, 2, kWarpSmem>(x, q, s, M, K, scratch));
+        add("q_T512_P2_full_global", probe_op<512, 2, kFullGlobal>(x, q, s, M, K, scratch));
+        add("q_T256_P4_full", probe_op<256, 4, kFull>(x, q, s, M, K, scratch));
+        add("q_T256_P4_warp", probe_op<256, 4, kWarp>(x, q, s, M, K, scratch));
+        add("q_T256_P4_none", probe_op<256, 4, kNone>(x, q, s, M, K, scratch));
+        add("q_T1024_P1_full", probe_op<1024, 1, kFull>(x, q, s, M, K, scratch));
+        add("q_T512_P2_full", probe_op<512, 2, kFull>(x, q, s, M, K, scratch));
+        add("q_T128_P8_full", probe_op<128, 8, kFull>(x, q, s, M, K, scratch));
+        add("q_T32_P32_full", probe_op<32, 32, kFull>(x, q, s, M, K, scratch));
+      }
+      for (auto& op : ops) op.fn();  // warm-up: module load
+      CHECK(cudaDeviceSynchronize());
+      for (int i = 0; i < kSamples; ++i) {
+        for (auto& op : ops) {
+          if (op.flush) flush_kernel<<<1024, 256>>>(flush_buf, flush_n, i);
+          spin_kernel<<<1, 1>>>(spin);
+          CHECK(cudaEventRecord(start));
+          op.fn();
+          CHECK(cudaEventRecord(stop));
+          CHECK(cudaEventSynchronize(stop));
+          float ms = 0;
+          CHECK(cudaEventElapsedTime(&ms, start, stop));
+          op.us.push_back(ms * 1e3f);
+        }
+      }
+      CHECK(cudaGetLastError());
+      const float empty = median(ops[0].us);
+      for (auto& op : ops) {
+        std::printf("%s{\"M\": %d, \"K\": %d, \"op\": \"%s\", \"median_us\": %.3f, \"ratio_to_empty\": %.3f}",
+                    first ? "" : ",\n", M, K, op.name.c_str(), median(op.us), median(op.us) / empty);
+        first = false;
+      }
+      CHECK(cudaFree(x));
+      CHECK(cudaFree(q));
+      CHECK(cudaFree(s));
+      CHECK(cudaFree(scratch));
+    }
+  }
+  std::printf("\n]}\n");
+  return 0;
+}
