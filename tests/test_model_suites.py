@@ -169,9 +169,10 @@ def test_phases_choose_what_compare_runs(monkeypatch):
         "config": config, "prefill": [], "decode": []})
     args = argparse.Namespace(config="8b", layers=2, vocab=256, ctx=8, compile=False, iters=2, model_rounds=1,
                               no_torchao=True, compile_variants="bf16,fp8ext", no_fused=False, quiet=True,
-                              phases="decode")
+                              phases="decode", attention="sdpa_packed_gqa")
     model_suite.model(args)
     assert seen[-1]["prefill_shapes"] == () and list(seen[-1]["decode_batches"]) == list(model_suite.DECODE_BATCHES)
+    assert seen[-1]["attention"] == "sdpa_packed_gqa"
     args.phases = "prefill, decode"
     model_suite.model(args)
     assert list(seen[-1]["prefill_shapes"]) == list(model_suite.PREFILL) and seen[-1]["decode_batches"]
@@ -224,6 +225,32 @@ def test_torchao_failure_is_recorded_not_raised(monkeypatch):
     models, report, errors = model_suite.variants(model, torchao=False, fused=False)
     assert list(models) == ["bf16", "fp8ext", "torch_rowwise"] and "fused_groups" not in report
     assert errors["fp8ext_fused"] == "not requested (--no-fused)"
+
+
+def test_packed_gqa_attention_computes_what_sdpa_does_at_decode(monkeypatch):
+    """--attention sdpa_packed_gqa: the decode step's logits equal transformers' sdpa's (same weights), and its
+    packed path ran: one query token, the query heads viewed as rows of the KV heads (4 heads over 2 KV heads)."""
+    pytest.importorskip("transformers")
+    from fp8ext.bench.common import rel_err
+
+    packed = []
+    real = model_suite.sdpa_packed_gqa
+
+    def spy(module, query, key, *args, **kwargs):
+        out = real(module, query, key, *args, **kwargs)
+        packed.append((query.shape[2], key.shape[1]))
+        return out
+
+    monkeypatch.setattr(model_suite, "sdpa_packed_gqa", spy)
+    logits = {}
+    with torch.inference_mode():
+        for attention in ("sdpa", "sdpa_packed_gqa"):
+            model = model_suite.build_model("tiny", 2, 256, "cpu", attention=attention)
+            logits[attention] = model_suite.decode_step(model, 3, 16, 256, "cpu")().float()
+    assert (1, 2) in packed  # the decode step: one query token, 2 KV heads
+    assert rel_err(logits["sdpa_packed_gqa"], logits["sdpa"]) < 1e-2
+    with pytest.raises(ValueError, match="attention: expected one of"):
+        model_suite.build_model("tiny", 1, 256, "cpu", attention="flash")
 
 
 def test_linears_omitted_replaces_only_the_fp8_layers_and_copies_no_weight():

@@ -30,6 +30,12 @@ allocates its output. It is everything FP8 does not change (norms, RoPE, attenti
 lm_head), so bf16's time over it is the ceiling of any FP8 linear layer on this model, measured in the same turns
 (the summary's "ceiling" entries; no accuracy, its outputs are garbage).
 
+--attention picks transformers' attention for every variant alike: "sdpa" (transformers' own, the default) or
+"sdpa_packed_gqa" (sdpa_packed_gqa below: at decode, each KV head's query heads are packed as its query rows, so
+attention reads the KV cache once instead of a repeat_kv copy of it; transformers packs this way itself in eager
+mode but not under torch.compile, where its sdpa path materializes repeat_kv). Only the attention differs; the
+linear layers, and so what FP8 changes, are the same.
+
 With --compile, the variants of --compile-variants are also timed under torch.compile (inductor, one graph per
 shape): prefill ("compiled") and the decode step replayed as a CUDA graph ("compiled_graph"). Eager HF Llama runs
 its norms, rotary embedding, activation and residual adds as many small kernels that FP8 does not speed up; under
@@ -74,11 +80,48 @@ def _transformers():
     return transformers
 
 
-def build_model(config: str, layers: int, vocab: int, device, seed: int = 0) -> nn.Module:
-    """LlamaForCausalLM with `config`'s layer shapes, random bf16 weights initialised on `device`."""
+ATTENTION = ("sdpa", "sdpa_packed_gqa")
+
+
+def sdpa_packed_gqa(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    attention_mask: Optional[torch.Tensor], dropout: float = 0.0, scaling: Optional[float] = None,
+                    is_causal: Optional[bool] = None, **kwargs):
+    """transformers' sdpa attention, except for one query token against grouped KV heads (decode): query
+    [b, heads, 1, d] is viewed as [b, kv_heads, heads // kv_heads, d], each KV head's query heads as its query rows,
+    so scaled_dot_product_attention reads each KV head once. repeat_kv's order is kept (query head h uses KV head
+    h // groups), and a mask shared by the heads ([b, 1, 1, L]) broadcasts over the rows. Anything else (prefill,
+    a mask per head, a position bias) goes to transformers' sdpa_attention_forward unchanged."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    groups = getattr(module, "num_key_value_groups", 1)
+    shared_mask = attention_mask is None or attention_mask.shape[1] == 1
+    if groups == 1 or query.shape[2] != 1 or not shared_mask or kwargs.get("position_bias") is not None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    b, heads, _, d = query.shape
+    out = torch.nn.functional.scaled_dot_product_attention(query.reshape(b, heads // groups, groups, d), key, value,
+                                                           attn_mask=attention_mask, dropout_p=dropout, scale=scaling)
+    return out.reshape(b, heads, 1, value.shape[-1]).transpose(1, 2).contiguous(), None
+
+
+def _register_attention(tf) -> None:
+    """sdpa_packed_gqa as a transformers attention implementation, with the masks transformers makes for sdpa."""
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    tf.AttentionInterface.register("sdpa_packed_gqa", sdpa_packed_gqa)
+    ALL_MASK_ATTENTION_FUNCTIONS.register("sdpa_packed_gqa", sdpa_mask)
+
+
+def build_model(config: str, layers: int, vocab: int, device, seed: int = 0, attention: str = "sdpa") -> nn.Module:
+    """LlamaForCausalLM with `config`'s layer shapes, random bf16 weights initialised on `device` (the same for
+    every `attention`, one of ATTENTION)."""
+    if attention not in ATTENTION:
+        raise ValueError(f"attention: expected one of {ATTENTION}, got {attention!r}")
     tf = _transformers()
+    if attention == "sdpa_packed_gqa":
+        _register_attention(tf)
     cfg = tf.LlamaConfig(**CONFIGS[config], num_hidden_layers=layers, vocab_size=vocab,
-                         max_position_embeddings=8192, rope_theta=500000.0, attn_implementation="sdpa")
+                         max_position_embeddings=8192, rope_theta=500000.0, attn_implementation=attention)
     torch.manual_seed(seed)
     with torch.device(device):
         model = tf.LlamaForCausalLM(cfg)
@@ -358,12 +401,12 @@ def _decode_row(models, batch, ctx, vocab, device, timed, iters, rounds, compile
 def compare(config: str = "8b", layers: int = 2, vocab: int = LLAMA3_VOCAB, device="cuda",
             prefill_shapes=PREFILL, decode_batches=DECODE_BATCHES, ctx: int = 256, timed: bool = True,
             compiled: bool = False, iters: int = 20, rounds: int = 2, torchao: bool = True,
-            compile_variants: Optional[list[str]] = None, fused: bool = True) -> dict:
+            compile_variants: Optional[list[str]] = None, fused: bool = True, attention: str = "sdpa") -> dict:
     """One config: accuracy of each variant against bf16 and, with `timed` (a CUDA device), its speed. Every
     prefill shape and decode batch is guarded: its failure is recorded in its row's place. With `compiled`, the
     variants in `compile_variants` (default: all) are also timed under torch.compile: prefill, and the decode step
     replayed as a CUDA graph."""
-    model = build_model(config, layers, vocab, device)
+    model = build_model(config, layers, vocab, device, attention=attention)
     models, report, variant_errors = variants(model, torchao, fused)
     under_compile = {}
     if compiled and timed:
@@ -374,6 +417,7 @@ def compare(config: str = "8b", layers: int = 2, vocab: int = LLAMA3_VOCAB, devi
     # after _free, so the first does too.
     _free(device)
     result = {"config": config, "shapes": CONFIGS[config], "layers": layers, "vocab": vocab, "ctx": ctx,
+              "attention": attention,
               "convert": report, "variants": list(models), "variant_errors": variant_errors,
               "prefill": [], "decode": []}
     with torch.inference_mode():
@@ -514,7 +558,8 @@ def method(args) -> str:
             f"forward: median of {args.iters} CUDA-event timings in {args.model_rounds} interleaved turns after "
             f"warm-up, no L2 flush (a forward's weights far exceed L2); prefill times the last token's logits; "
             f"accuracy against bf16 on the last {TOP1_POSITIONS} // batch positions of each prefill sequence and on "
-            f"each decode step; decode against a static KV cache of {args.ctx} tokens; phases {args.phases}"
+            f"each decode step; decode against a static KV cache of {args.ctx} tokens; phases {args.phases}; "
+            f"attention {args.attention} in every variant"
             + (f"; also under torch.compile (inductor, dynamic=False; {args.compile_variants}): prefill, and the "
                "decode step replayed as a CUDA graph" if args.compile else ""))
 
@@ -535,6 +580,9 @@ def method(args) -> str:
                          "--no-torchao": dict(action="store_true", help="model suite: leave the torchao variant out"),
                          "--no-fused": dict(action="store_true",
                                             help="model suite: leave the fp8ext_fused variant out (memory)"),
+                         "--attention": dict(default="sdpa", choices=ATTENTION,
+                                             help="model suite: transformers attention of every variant: sdpa, or "
+                                                  "sdpa_packed_gqa (decode reads each KV head once)"),
                          "--phases": dict(default="prefill,decode",
                                           help="model suite: prefill, decode or both (comma-separated; each "
                                                "--compile shape is a compilation of its own)")})
@@ -549,7 +597,7 @@ def model(args) -> dict:
         res = guarded(lambda: compare(config, args.layers, args.vocab, "cuda", ctx=args.ctx, compiled=args.compile,
                                       iters=args.iters, rounds=args.model_rounds, torchao=not args.no_torchao,
                                       compile_variants=[v.strip() for v in args.compile_variants.split(",")],
-                                      fused=not args.no_fused, **shapes))
+                                      fused=not args.no_fused, attention=args.attention, **shapes))
         results.append(res if isinstance(res, dict) else {"config": config, "error": res})
         _free("cuda")
         if not args.quiet:
