@@ -160,7 +160,9 @@ std::function<void()> probe_op(const uint4* x, uint2* q, float* s, int M, int K,
   return [=] { probe_quantize<T, P, R><<<grid, kCta>>>(x, q, s, K, M, scratch); };
 }
 
-// The narrowest power-of-two width from a warp that covers nvec packs with 4 a thread (the library's rule).
+// The narrowest power-of-two width from a warp that covers nvec packs with 4 a thread: the library's rule past
+// 128 rows, and the width of the 4-pack variants below (up to 128 rows the library takes 2 packs a thread and
+// twice the threads, the q_T*_P2 variants).
 int width_for(int nvec) {
   int t = 32;
   while (t * 4 < nvec) t *= 2;
