@@ -5,7 +5,8 @@
 // kThreadsPerRow threads share a row and each holds kPacks 16-byte packs of it in registers. All of a thread's
 // loads are issued before any is used, so a row costs one trip to memory; the packs' |x| reduce to the row's amax
 // (redux.sync in each warp, then shared memory across the row's warps), and the same registers are scaled, cast
-// and stored. x is read once: the kernel moves K * (sizeof(In) + 1) bytes per row, the least there is. The width
+// and stored. x is read once: the kernel moves K * (sizeof(In) + 1) bytes per row, the least there is. Each CTA
+// takes one row group, with no loop. The width
 // is the smallest power of two from a warp to 1024 threads that covers the row with 4 packs a thread, so a thread
 // keeps 64 bytes in flight and several rows share an SM; with at most kFewRows rows, 2 packs a thread and twice
 // the threads, which shortens each row's chain when the GPU is not full (launch_aligned).
@@ -14,6 +15,12 @@
 // the row and reduces it to amax, pass 2 reads it again, from L1/L2, and writes q. The width is chosen so that the
 // rows in flight on the whole GPU fit in L2 and pass 2 does not go back to HBM: a warp per row for rows up to
 // 2 KiB, 128 threads up to 8 KiB, else 512 threads.
+//
+// Short code is part of the speed at small M, where the kernel is one chain of dependent steps with nothing to
+// overlap it. So the amax is taken on integer keys (abs_key: a few integer instructions a pack, no float compares),
+// packs are kept and stored as whole 32-bit words, and what is rare stays out of line (the 64-bit division for 3-D
+// strides, the slow path of the IEEE divisions). That took the bf16 small-M kernel's path from about 370
+// instructions to about 200, and its time at M = 1..16 down by 0.15-0.3 us (scripts/probe_quantize_small_m.cu).
 #include <climits>
 #include <type_traits>
 
@@ -34,32 +41,80 @@ __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162f
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(float v) { return v; }
 
-// kVec elements loaded as one access: 16 bytes when the rows are 16-byte aligned, else one element.
-template <typename In, int kVec>
-struct alignas(sizeof(In) * kVec) InPack {
-  In v[kVec];
-};
-template <int kVec>
-struct alignas(kVec) OutPack {
-  __nv_fp8_storage_t v[kVec];
-};
+// |x| as an integer key: x's bits with the sign cleared. Keys of an IEEE format order as unsigned integers the way
+// the values' |x| do, and every NaN's key is above +inf's, so the integer max of the keys is the key of the row's
+// amax with NaN propagated: max(|x|) is a few integer instructions a pack, with no float compares, and a row's
+// threads reduce it with redux.sync. Keys are 16-bit for bf16 and fp16 and 32-bit for fp32.
+__device__ __forceinline__ uint32_t abs_key(__nv_bfloat16 v) { return __bfloat16_as_ushort(v) & 0x7fffu; }
+__device__ __forceinline__ uint32_t abs_key(__half v) { return __half_as_ushort(v) & 0x7fffu; }
+__device__ __forceinline__ uint32_t abs_key(float v) { return __float_as_uint(v) & 0x7fffffffu; }
 
-template <__nv_fp8_interpretation_t kFormat, int kVec>
-__device__ __forceinline__ OutPack<kVec> to_fp8(const float (&v)[kVec]) {
-  OutPack<kVec> out;
-  // Round to nearest even; SATFINITE clamps to the finite range and keeps NaN.
-  if constexpr (kVec % 2 == 0) {
-#pragma unroll
-    for (int i = 0; i < kVec; i += 2) {
-      const __nv_fp8x2_storage_t pair = __nv_cvt_float2_to_fp8x2(make_float2(v[i], v[i + 1]), __NV_SATFINITE, kFormat);
-      out.v[i] = static_cast<__nv_fp8_storage_t>(pair & 0xff);
-      out.v[i + 1] = static_cast<__nv_fp8_storage_t>(pair >> 8);
-    }
+// The largest key of a 16-byte pack (four 32-bit words): for 16-bit inputs the words' two halves are keyed and
+// compared at once (max.u16x2), then the two halves of the result.
+template <typename In>
+__device__ __forceinline__ uint32_t pack_key(const uint4& v) {
+  if constexpr (sizeof(In) == 2) {
+    constexpr uint32_t kAbs = 0x7fff7fffu;
+    const uint32_t m = __vmaxu2(__vmaxu2(v.x & kAbs, v.y & kAbs), __vmaxu2(v.z & kAbs, v.w & kAbs));
+    return max(m & 0xffffu, m >> 16);
   } else {
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) out.v[i] = __nv_cvt_float_to_fp8(v[i], __NV_SATFINITE, kFormat);
+    constexpr uint32_t kAbs = 0x7fffffffu;
+    return max(max(v.x & kAbs, v.y & kAbs), max(v.z & kAbs, v.w & kAbs));
   }
-  return out;
+}
+
+// The float value of a key: the row's amax.
+template <typename In>
+__device__ __forceinline__ float key_value(uint32_t key) {
+  if constexpr (std::is_same_v<In, __nv_bfloat16>) {
+    return __uint_as_float(key << 16);  // bfloat16 is the top half of a float32
+  } else if constexpr (std::is_same_v<In, __half>) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(key)));
+  } else {
+    return __uint_as_float(key);
+  }
+}
+
+// q for two values, x * inv each, cast with round to nearest even: a in the low byte, b in the high byte. The cast
+// saturates finite values and infinities to +-FP8_MAX and keeps NaN (SATFINITE), which is the formula's clamp: the
+// CPU path clamps first, and both give the same bits.
+template <__nv_fp8_interpretation_t kFormat>
+__device__ __forceinline__ uint32_t fp8x2(float a, float b, float inv) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a * inv, b * inv), __NV_SATFINITE, kFormat);
+}
+
+// q for one 32-bit word of 16-bit inputs: two values, two bytes.
+template <typename In, __nv_fp8_interpretation_t kFormat>
+__device__ __forceinline__ uint32_t fp8x2_of_word(uint32_t w, float inv) {
+  if constexpr (std::is_same_v<In, __nv_bfloat16>) {
+    return fp8x2<kFormat>(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u), inv);
+  } else {
+    __half2 h;
+    memcpy(&h, &w, sizeof(w));
+    const float2 f = __half22float2(h);
+    return fp8x2<kFormat>(f.x, f.y, inv);
+  }
+}
+
+// What a 16-byte pack of In becomes: 8 bytes from 16-bit inputs, 4 bytes from fp32.
+template <typename In>
+using QPack = std::conditional_t<sizeof(In) == 2, uint2, uint32_t>;
+
+// q for a 16-byte pack, stored as one access. Element i of the pack is byte i of the result, as in memory.
+template <typename In, __nv_fp8_interpretation_t kFormat>
+__device__ __forceinline__ QPack<In> scaled(const uint4& v, float inv) {
+  if constexpr (sizeof(In) == 2) {
+    return make_uint2(fp8x2_of_word<In, kFormat>(v.x, inv) | fp8x2_of_word<In, kFormat>(v.y, inv) << 16,
+                      fp8x2_of_word<In, kFormat>(v.z, inv) | fp8x2_of_word<In, kFormat>(v.w, inv) << 16);
+  } else {
+    return fp8x2<kFormat>(__uint_as_float(v.x), __uint_as_float(v.y), inv) |
+           fp8x2<kFormat>(__uint_as_float(v.z), __uint_as_float(v.w), inv) << 16;
+  }
+}
+// q for one element (rows that are not 16-byte aligned).
+template <typename In, __nv_fp8_interpretation_t kFormat>
+__device__ __forceinline__ __nv_fp8_storage_t scaled(const In& v, float inv) {
+  return __nv_cvt_float_to_fp8(to_float(v) * inv, __NV_SATFINITE, kFormat);
 }
 
 // CTAs of at least 256 threads: several rows share a CTA when a row needs fewer threads.
@@ -70,93 +125,57 @@ __host__ __device__ constexpr int cta_threads(int threads_per_row) {
 template <__nv_fp8_interpretation_t kFormat>
 constexpr float kFp8Max = kFormat == __NV_E4M3 ? kE4M3Max : kE5M2Max;
 
+// Row r's start when x has an outer stride (3-D, not collapsible to 2-D): a 64-bit division, a long subroutine,
+// kept out of line so that the common path's code stays short (see the top of the file).
+__device__ __noinline__ int64_t strided_row_offset(int64_t r, int64_t inner_rows, int64_t outer_stride,
+                                                   int64_t inner_stride) {
+  return (r / inner_rows) * outer_stride + (r % inner_rows) * inner_stride;
+}
+
 // Where row r of x starts (the layout of QuantizeRowwiseParams). Without an outer stride (2-D x, or 3-D with
-// B = 1) every row is an inner row, and the 64-bit division, a long subroutine, is skipped.
+// B = 1) every row is an inner row.
 template <typename In>
 __device__ __forceinline__ const In* row_start(const QuantizeRowwiseParams& p, int64_t r) {
   const In* x = static_cast<const In*>(p.x);
   if (p.outer_stride == 0) return x + r * p.inner_stride;
-  return x + (r / p.inner_rows) * p.outer_stride + (r % p.inner_rows) * p.inner_stride;
+  return x + strided_row_offset(r, p.inner_rows, p.outer_stride, p.inner_stride);
 }
 
-// The row's amax from each of its kThreadsPerRow threads' partial amax. Every partial is +0, positive, +inf or NaN
-// (of either sign): the |x| of pack_amax, never -0. Read as unsigned integers those order the same way, and every
-// NaN is above +inf, so the integer max is the float max with NaN propagated: one redux.sync per warp instead of
-// five shuffles. Across the row's warps, each warp's max goes through shared memory and is reduced once more by
-// redux. Every thread of the CTA must call it (it holds __syncthreads() when a row spans warps); `last` says the
-// CTA has no further row group, so no barrier is needed before shared memory could be written again.
+// The row's largest key from each of its kThreadsPerRow threads' partial one: one redux.sync per warp, then, when
+// the row spans warps, each warp's max through shared memory and redux once more. Every thread of the CTA must
+// call it (it holds __syncthreads() when a row spans warps); `last` says the CTA has no further row group, so no
+// barrier is needed before shared memory could be written again.
 template <int kThreadsPerRow, int kRowsPerCta>
-__device__ __forceinline__ float row_amax(float amax, int row_in_cta, int lane, bool last) {
+__device__ __forceinline__ uint32_t row_max_key(uint32_t key, int row_in_cta, int lane, bool last) {
   constexpr int kWarpsPerRow = kThreadsPerRow / 32;
-  unsigned bits = __reduce_max_sync(kFullMask, __float_as_uint(amax));
+  key = __reduce_max_sync(kFullMask, key);
   if constexpr (kWarpsPerRow > 1) {
-    __shared__ unsigned warp_amax[kRowsPerCta][kWarpsPerRow];
-    if (lane % 32 == 0) warp_amax[row_in_cta][lane / 32] = bits;
+    __shared__ uint32_t warp_key[kRowsPerCta][kWarpsPerRow];
+    if (lane % 32 == 0) warp_key[row_in_cta][lane / 32] = key;
     __syncthreads();
-    bits = __reduce_max_sync(kFullMask, lane % 32 < kWarpsPerRow ? warp_amax[row_in_cta][lane % 32] : 0u);
-    if (!last) __syncthreads();  // the CTA's next row group overwrites warp_amax
+    key = __reduce_max_sync(kFullMask, lane % 32 < kWarpsPerRow ? warp_key[row_in_cta][lane % 32] : 0u);
+    if (!last) __syncthreads();  // the CTA's next row group overwrites warp_key
   }
-  return __uint_as_float(bits);
+  return key;
 }
 
-// max(amax, |v[0]|, ..., |v[kVec-1]|), NaN-propagating. 16-bit packs are reduced pairwise in their own type first
-// (exact: the max of 16-bit values is one of them), so that the float conversions happen once, when the pack is
-// scaled, and the kernel keeps only the raw packs live across the row's reduction.
-template <typename In, int kVec>
-__device__ __forceinline__ float pack_amax(float amax, const InPack<In, kVec>& v) {
-  if constexpr (kVec >= 4 && (std::is_same_v<In, __nv_bfloat16> || std::is_same_v<In, __half>)) {
-    using Pair = std::conditional_t<std::is_same_v<In, __nv_bfloat16>, __nv_bfloat162, __half2>;
-    const Pair* pairs = reinterpret_cast<const Pair*>(v.v);
-    auto pair = [&](int j) { return __habs2(pairs[j]); };
-    auto m = pair(0);
-#pragma unroll
-    for (int j = 1; j < kVec / 2; ++j) m = __hmax2_nan(m, pair(j));
-    return abs_max_nan(abs_max_nan(amax, __low2float(m)), __high2float(m));
-  } else {
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) amax = abs_max_nan(amax, to_float(v.v[j]));
-    return amax;
-  }
+// After a row's reduction, in both kernels: the formula's amax (eps, scale_ub) and the row's scale, written by
+// lane 0 after the row's q (the scale's division is then off the path to the stores).
+template <typename In>
+__device__ __forceinline__ float row_amax(const QuantizeRowwiseParams& p, uint32_t key) {
+  return rowwise_amax(key_value<In>(key), p.scale_ub);
 }
-
-// q for one pack: x * inv, cast with round to nearest even. The cast saturates finite values and infinities to
-// +-FP8_MAX and keeps NaN (SATFINITE), which is the formula's clamp: the CPU path clamps first, and both give the
-// same bits.
-template <typename In, __nv_fp8_interpretation_t kFormat, int kVec>
-__device__ __forceinline__ OutPack<kVec> scaled_pack(const InPack<In, kVec>& v, float inv) {
-  float f[kVec];
-  if constexpr (std::is_same_v<In, __nv_bfloat16> && kVec % 2 == 0) {
-    // bfloat16 is the top half of a float32: widen each half of the packed 32-bit words in place, which keeps the
-    // pack in its 4 registers instead of one register per element.
-    const uint32_t* w = reinterpret_cast<const uint32_t*>(v.v);
-#pragma unroll
-    for (int j = 0; j < kVec / 2; ++j) {
-      f[2 * j] = __uint_as_float(w[j] << 16) * inv;
-      f[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u) * inv;
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) f[j] = to_float(v.v[j]) * inv;
-  }
-  return to_fp8<kFormat, kVec>(f);
-}
-
-// After a row's reduction, in both kernels: the formula's amax (eps, scale_ub), the row's scale (written by
-// lane 0), and what the row's elements are multiplied by: FP8_MAX / amax.
 template <__nv_fp8_interpretation_t kFormat>
-__device__ __forceinline__ float finish_amax(const QuantizeRowwiseParams& p, int64_t r, int lane, float amax) {
-  amax = rowwise_amax(amax, p.scale_ub);
+__device__ __forceinline__ void store_scale(const QuantizeRowwiseParams& p, int64_t r, int lane, float amax) {
   if (lane == 0) p.scale[r] = amax / kFp8Max<kFormat>;
-  return kFp8Max<kFormat> / amax;
 }
 
-// One pass: thread `lane` of a row holds packs lane, lane + kThreadsPerRow, ... (kPacks of them, coalesced across
-// the warp) in registers; packs past the row's end are zeros, which leave amax unchanged and are not stored.
+// One pass: thread `lane` of a row holds 16-byte packs lane, lane + kThreadsPerRow, ... (kPacks of them, coalesced
+// across the warp) in registers; packs past the row's end are zeros, which leave the amax unchanged and are not
+// stored. A row has at most 64 KiB, 4096 packs, so pack indices are ints.
 template <typename In, __nv_fp8_interpretation_t kFormat, int kThreadsPerRow, int kPacks>
 __global__ void __launch_bounds__(cta_threads(kThreadsPerRow)) quantize_rowwise_one_pass_kernel(QuantizeRowwiseParams p) {
-  constexpr int kVec = 16 / sizeof(In);
   constexpr int kRowsPerCta = cta_threads(kThreadsPerRow) / kThreadsPerRow;
-  using Pack = InPack<In, kVec>;
 
   // Launched as a dependent (grid_dependency.cuh): x is read only after the kernel before has completed, and the
   // kernel after (the GEMM of a decode step) may start prefetching its weight right away.
@@ -164,74 +183,76 @@ __global__ void __launch_bounds__(cta_threads(kThreadsPerRow)) quantize_rowwise_
   pdl::allow_dependent_grids();
   const int row_in_cta = threadIdx.x / kThreadsPerRow;
   const int lane = threadIdx.x % kThreadsPerRow;
-  const int64_t nvec = p.K / kVec;
-  const int64_t groups = (p.rows + kRowsPerCta - 1) / kRowsPerCta;
-  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {  // uniform trip count: see row_amax
-    const int64_t r = g * kRowsPerCta + row_in_cta;
-    const bool active = r < p.rows;
-    Pack v[kPacks];
-    float amax = 0.0f;
-    if (active) {
-      const Pack* x = reinterpret_cast<const Pack*>(row_start<In>(p, r));
-#pragma unroll
-      for (int j = 0; j < kPacks; ++j) {
-        const int64_t i = lane + static_cast<int64_t>(j) * kThreadsPerRow;
-        if (i < nvec) {
-          v[j] = x[i];
-        } else {
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) v[j].v[e] = In(0.0f);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kPacks; ++j) amax = pack_amax(amax, v[j]);
-    }
-    amax = row_amax<kThreadsPerRow, kRowsPerCta>(amax, row_in_cta, lane, g + gridDim.x >= groups);
-    if (!active) continue;
-    const float inv = finish_amax<kFormat>(p, r, lane, amax);
-    OutPack<kVec>* q = reinterpret_cast<OutPack<kVec>*>(static_cast<__nv_fp8_storage_t*>(p.q) + r * p.K);
+  const int npacks = static_cast<int>(p.K * static_cast<int64_t>(sizeof(In)) / 16);
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerCta + row_in_cta;  // one row group a CTA
+  const bool active = r < p.rows;
+  uint4 v[kPacks];
+  uint32_t key = 0;
+  if (active) {
+    const uint4* x = reinterpret_cast<const uint4*>(row_start<In>(p, r));
 #pragma unroll
     for (int j = 0; j < kPacks; ++j) {
-      const int64_t i = lane + static_cast<int64_t>(j) * kThreadsPerRow;
-      if (i < nvec) q[i] = scaled_pack<In, kFormat, kVec>(v[j], inv);
+      const int i = lane + j * kThreadsPerRow;
+      v[j] = i < npacks ? x[i] : make_uint4(0u, 0u, 0u, 0u);
     }
+#pragma unroll
+    for (int j = 0; j < kPacks; ++j) key = max(key, pack_key<In>(v[j]));
   }
+  key = row_max_key<kThreadsPerRow, kRowsPerCta>(key, row_in_cta, lane, /*last=*/true);
+  if (!active) return;
+  const float amax = row_amax<In>(p, key);
+  const float inv = kFp8Max<kFormat> / amax;
+  QPack<In>* q = reinterpret_cast<QPack<In>*>(static_cast<uint8_t*>(p.q) + r * p.K);
+#pragma unroll
+  for (int j = 0; j < kPacks; ++j) {
+    const int i = lane + j * kThreadsPerRow;
+    if (i < npacks) q[i] = scaled<In, kFormat>(v[j], inv);
+  }
+  store_scale<kFormat>(p, r, lane, amax);
 }
 
-// Two passes: the row is read once for amax and once more, from cache, for q.
-template <typename In, __nv_fp8_interpretation_t kFormat, int kVec, int kThreadsPerRow>
+// Two passes: the row is read once for amax and once more, from cache, for q. A Unit is a 16-byte pack (uint4)
+// when rows are 16-byte aligned, else one element.
+template <typename In, __nv_fp8_interpretation_t kFormat, typename Unit, int kThreadsPerRow>
 __global__ void __launch_bounds__(cta_threads(kThreadsPerRow)) quantize_rowwise_two_pass_kernel(QuantizeRowwiseParams p) {
   constexpr int kRowsPerCta = cta_threads(kThreadsPerRow) / kThreadsPerRow;
-  using Pack = InPack<In, kVec>;
+  using QUnit = decltype(scaled<In, kFormat>(Unit{}, 0.0f));
 
   pdl::wait_for_prior_grids();  // as in the one-pass kernel
   pdl::allow_dependent_grids();
   const int row_in_cta = threadIdx.x / kThreadsPerRow;
   const int lane = threadIdx.x % kThreadsPerRow;
-  const int64_t nvec = p.K / kVec;
+  const int64_t nunits = p.K * static_cast<int64_t>(sizeof(In)) / static_cast<int64_t>(sizeof(Unit));
   const int64_t groups = (p.rows + kRowsPerCta - 1) / kRowsPerCta;
-  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {  // uniform trip count: see row_amax
+  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {  // uniform trip count: see row_max_key
     const int64_t r = g * kRowsPerCta + row_in_cta;
     const bool active = r < p.rows;
-    const Pack* x = nullptr;
-    float amax = 0.0f;
+    const Unit* x = nullptr;
+    uint32_t key = 0;
     if (active) {
-      x = reinterpret_cast<const Pack*>(row_start<In>(p, r));
+      x = reinterpret_cast<const Unit*>(row_start<In>(p, r));
 #pragma unroll 4
-      for (int64_t i = lane; i < nvec; i += kThreadsPerRow) {
-        amax = pack_amax(amax, x[i]);
+      for (int64_t i = lane; i < nunits; i += kThreadsPerRow) {
+        if constexpr (std::is_same_v<Unit, uint4>) {
+          key = max(key, pack_key<In>(x[i]));
+        } else {
+          key = max(key, abs_key(x[i]));
+        }
       }
     }
-    amax = row_amax<kThreadsPerRow, kRowsPerCta>(amax, row_in_cta, lane, g + gridDim.x >= groups);
+    key = row_max_key<kThreadsPerRow, kRowsPerCta>(key, row_in_cta, lane, g + gridDim.x >= groups);
     if (!active) continue;
-    const float inv = finish_amax<kFormat>(p, r, lane, amax);
-    OutPack<kVec>* q = reinterpret_cast<OutPack<kVec>*>(static_cast<__nv_fp8_storage_t*>(p.q) + r * p.K);
+    const float amax = row_amax<In>(p, key);
+    const float inv = kFp8Max<kFormat> / amax;
+    QUnit* q = reinterpret_cast<QUnit*>(static_cast<uint8_t*>(p.q) + r * p.K);
 #pragma unroll 4
-    for (int64_t i = lane; i < nvec; i += kThreadsPerRow) q[i] = scaled_pack<In, kFormat, kVec>(x[i], inv);
+    for (int64_t i = lane; i < nunits; i += kThreadsPerRow) q[i] = scaled<In, kFormat>(x[i], inv);
+    store_scale<kFormat>(p, r, lane, amax);
   }
 }
 
-// One CTA per row group, up to the grid's limit (the kernels loop past it).
+// One CTA per row group, up to the grid's limit (the two-pass kernel loops past it; the one-pass kernel takes at most
+// INT_MAX rows, launch_aligned).
 template <int kThreadsPerRow>
 unsigned grid_for(const QuantizeRowwiseParams& p) {
   constexpr int kRowsPerCta = cta_threads(kThreadsPerRow) / kThreadsPerRow;
@@ -245,9 +266,9 @@ cudaError_t launch_one_pass(const QuantizeRowwiseParams& p, cudaStream_t stream)
                      grid_for<kThreadsPerRow>(p), cta_threads(kThreadsPerRow), stream, p);
 }
 
-template <typename In, __nv_fp8_interpretation_t kFormat, int kVec, int kThreadsPerRow>
+template <typename In, __nv_fp8_interpretation_t kFormat, typename Unit, int kThreadsPerRow>
 cudaError_t launch_two_pass(const QuantizeRowwiseParams& p, cudaStream_t stream) {
-  return pdl::launch(quantize_rowwise_two_pass_kernel<In, kFormat, kVec, kThreadsPerRow>,
+  return pdl::launch(quantize_rowwise_two_pass_kernel<In, kFormat, Unit, kThreadsPerRow>,
                      grid_for<kThreadsPerRow>(p), cta_threads(kThreadsPerRow), stream, p);
 }
 
@@ -276,17 +297,19 @@ cudaError_t launch_aligned(const QuantizeRowwiseParams& p, cudaStream_t stream) 
   constexpr int kVec = 16 / sizeof(In);
   const int64_t nvec = p.K / kVec;
   if (p.rows <= kFewRows && nvec <= 1024 * 2) return launch_one_pass_width<In, kFormat, 2>(p, stream);
-  if (nvec <= 1024 * 4) return launch_one_pass_width<In, kFormat, 4>(p, stream);
-  return launch_two_pass<In, kFormat, kVec, 512>(p, stream);
+  // The one-pass kernel has one row group a CTA, so it takes at most INT_MAX rows (the grid's limit); past that
+  // (a 64 GiB input at the least) the two-pass kernel loops.
+  if (nvec <= 1024 * 4 && p.rows <= INT_MAX) return launch_one_pass_width<In, kFormat, 4>(p, stream);
+  return launch_two_pass<In, kFormat, uint4, 512>(p, stream);
 }
 
 // Rows that are not 16-byte aligned: two passes, one element a load.
 template <typename In, __nv_fp8_interpretation_t kFormat>
 cudaError_t launch_unaligned(const QuantizeRowwiseParams& p, cudaStream_t stream) {
   const int64_t row_bytes = p.K * static_cast<int64_t>(sizeof(In));
-  if (row_bytes <= 2048) return launch_two_pass<In, kFormat, 1, 32>(p, stream);
-  if (row_bytes <= 8192) return launch_two_pass<In, kFormat, 1, 128>(p, stream);
-  return launch_two_pass<In, kFormat, 1, 512>(p, stream);
+  if (row_bytes <= 2048) return launch_two_pass<In, kFormat, In, 32>(p, stream);
+  if (row_bytes <= 8192) return launch_two_pass<In, kFormat, In, 128>(p, stream);
+  return launch_two_pass<In, kFormat, In, 512>(p, stream);
 }
 
 template <typename In, __nv_fp8_interpretation_t kFormat>
