@@ -9,7 +9,10 @@ interleaved turns), on fresh random inputs.
     as the floor suite times it): what a quantize costs over the fixed cost of one timed launch. Next to them, a
     plain read of the same input (torch.amax over all of x: one reduction kernel, one value written) and a copy
     of the same bytes as the bandwidth rows' (uint8 dst.copy_(src) of half the bytes moved: one read from HBM
-    after the L2 flush and one write, no reduction), the floor for any kernel that must read x and write q.
+    after the L2 flush and one write, no reduction), the floor for any kernel that must read x and write q. And,
+    for information, a bare kernel (torch.cuda._sleep(0): one thread, a few instructions), the least a timed
+    launch costs. The acceptance is against the add, as the floor suite's empty launch is; after the flush a
+    kernel's code is read from memory like its data, and the add's kernel has more code than the bare one.
 
 Both parts also time the formula in plain eager torch ops (amax, scale, divide, clamp, cast: several kernels) as a
 peer, for information.
@@ -66,7 +69,8 @@ def small_m_row(M: int, K: int, times: dict) -> dict:
             "ratio_to_read": ratio(times.get("fp8ext_us"), times.get("read_us")),
             "copy_ratio_to_empty": ratio(times.get("copy_us"), times.get("empty_us")),
             "ratio_to_copy": ratio(times.get("fp8ext_us"), times.get("copy_us")),
-            "torch_ratio_to_empty": ratio(times.get("torch_us"), times.get("empty_us"))}
+            "torch_ratio_to_empty": ratio(times.get("torch_us"), times.get("empty_us")),
+            "ratio_to_bare": ratio(times.get("fp8ext_us"), times.get("bare_us"))}
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -91,6 +95,8 @@ def summarize(rows: list[dict]) -> dict:
     out["small M copy of the same bytes: min ratio to empty"] = min(copies) if copies else None
     over_copy = [r["ratio_to_copy"] for r in small if r.get("ratio_to_copy") is not None]
     out["small M max ratio to the copy"] = max(over_copy) if over_copy else None
+    over_bare = [r["ratio_to_bare"] for r in small if r.get("ratio_to_bare") is not None]
+    out["small M max ratio to a bare one-thread kernel (information)"] = max(over_bare) if over_bare else None
     out[f"small M acceptance (<= {MAX_EMPTY_RATIO})"] = acceptance(ratios, len(small),
                                                                   lambda v: max(v) <= MAX_EMPTY_RATIO)
     return out
@@ -116,7 +122,8 @@ def measure_small_m(timer: Timer, rounds: int) -> list[dict]:
     for K in SMALL_K:
         for M in SMALL_M:
             x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-            peers = {"empty_us": lambda: one.add_(1), "fp8ext_us": lambda: quantize_rowwise(x),
+            peers = {"empty_us": lambda: one.add_(1), "bare_us": lambda: torch.cuda._sleep(0),
+                     "fp8ext_us": lambda: quantize_rowwise(x),
                      "read_us": lambda: torch.amax(x), "copy_us": same_bytes_copy(x),
                      "torch_us": lambda: torch_quantize_rowwise(x)}
             times = timed_or_failed(timer, peers, rounds)
@@ -134,6 +141,7 @@ def quantize(args) -> dict:
     return {"method": f"{TIMER_METHOD}, {args.rounds} interleaved turns, "
                       f"{args.rep_ms:g} ms per choice; bytes moved = input + FP8 output + float32 scales, copy of "
                       "the same bytes (uint8 dst.copy_(src) of half as many bytes, read + write); small M against a "
-                      "one-element in-place add, a plain read (torch.amax) and a copy of the same bytes; torch "
+                      "one-element in-place add, a bare one-thread kernel (torch.cuda._sleep(0)), a plain read "
+                      "(torch.amax) and a copy of the same bytes; torch "
                       "peer: eager amax, scale, divide, clamp, cast",
             "summary": summarize(rows), "rows": rows}
