@@ -20,6 +20,9 @@
 //                  (the warps' maxima exchanged through global memory, read back from L2)
 //   copy_smem      copy, plus a shared-memory store and load that change nothing: does a kernel that has shared
 //                  memory cost more to start after kernels that have none?
+//   q_C<c>_T<t>_P<p>  a row split across the c CTAs of a cluster (one SM each, t threads, p packs a thread): each SM
+//                  takes in 1/c of the row, the warps' maxima meet through distributed shared memory and one cluster
+//                  barrier. Its q and scale are compared bit for bit with the library's ("mismatches_vs_library").
 // Prints one JSON object. Each (M, K) also checks the library kernel's q and scale bit for bit against the formula
 // of quantize_rowwise.h computed here on the host ("fp8ext_mismatches": elements and scales that differ).
 #include <cuda_bf16.h>
@@ -155,6 +158,68 @@ __global__ void __launch_bounds__(T < 256 ? 256 : T) probe_quantize(const uint4*
   }
 }
 
+// A row split across the C CTAs of a cluster (one per SM), T threads each with P packs: each SM takes in 1/C of the
+// row. The warps' maxima go to every CTA of the cluster through distributed shared memory, then one cluster
+// barrier; a first barrier, waited on while the loads are in flight, makes sure every CTA of the cluster has started
+// before its shared memory is written. Needs nvec == C * T * P.
+template <int T, int P, int C>
+__global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(T)
+    probe_quantize_cluster(const uint4* x, uint2* q, float* scale, int K) {
+  constexpr int kWarps = T / 32;
+  __shared__ unsigned keys[C * kWarps];
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  const int r = blockIdx.x / C, lane = threadIdx.x;
+  const int nvec = K / 8;
+  const uint4* row = x + size_t(r) * nvec + rank * (T * P);
+  uint4 v[P];
+#pragma unroll
+  for (int j = 0; j < P; ++j) v[j] = row[lane + j * T];
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+  unsigned key = 0;
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const unsigned m = __vmaxu2(__vmaxu2(v[j].x & 0x7fff7fffu, v[j].y & 0x7fff7fffu),
+                                __vmaxu2(v[j].z & 0x7fff7fffu, v[j].w & 0x7fff7fffu));
+    key = max(key, max(m & 0xffffu, m >> 16));
+  }
+  key = __reduce_max_sync(0xffffffffu, key);
+  if (lane % 32 < C) {  // lane c of each warp writes the warp's key into CTA c's slots
+    const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(&keys[rank * kWarps + lane / 32]));
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(lane % 32));
+    asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(remote), "r"(key) : "memory");
+  }
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  key = 0;
+#pragma unroll
+  for (int i = 0; i < C * kWarps; ++i) key = max(key, keys[i]);
+  const float amax = fmaxf(__uint_as_float(key << 16), 1e-12f);
+  if (lane == 0 && rank == 0) scale[r] = amax / 448.f;
+  const float inv = 448.f / amax;
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(&v[j]);
+    uint32_t out[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t lo = __nv_cvt_float2_to_fp8x2(
+          make_float2(__uint_as_float(w[2 * h] << 16) * inv, __uint_as_float(w[2 * h] & 0xffff0000u) * inv),
+          __NV_SATFINITE, __NV_E4M3);
+      const uint32_t hi = __nv_cvt_float2_to_fp8x2(
+          make_float2(__uint_as_float(w[2 * h + 1] << 16) * inv, __uint_as_float(w[2 * h + 1] & 0xffff0000u) * inv),
+          __NV_SATFINITE, __NV_E4M3);
+      out[h] = lo | (hi << 16);
+    }
+    q[size_t(r) * nvec + rank * (T * P) + lane + j * T] = make_uint2(out[0], out[1]);
+  }
+}
+
+template <int T, int P, int C>
+std::function<void()> probe_cluster_op(const uint4* x, uint2* q, float* s, int M, int K) {
+  return [=] { probe_quantize_cluster<T, P, C><<<M * C, T>>>(x, q, s, K); };
+}
+
 template <int T, int P, int R>
 std::function<void()> probe_op(const uint4* x, uint2* q, float* s, int M, int K, unsigned* scratch) {
   constexpr int kCta = T < 256 ? 256 : T;
@@ -275,6 +340,9 @@ int main() {
         add("q_T128_P4_none", probe_op<128, 4, kNone>(x, q, s, M, K, scratch));
         add("q_T512_P1_full", probe_op<512, 1, kFull>(x, q, s, M, K, scratch));
         add("q_T256_P2_full", probe_op<256, 2, kFull>(x, q, s, M, K, scratch));
+        add("q_C2_T128_P2", probe_cluster_op<128, 2, 2>(x, q, s, M, K));
+        add("q_C4_T64_P2", probe_cluster_op<64, 2, 4>(x, q, s, M, K));
+        add("q_C2_T256_P1", probe_cluster_op<256, 1, 2>(x, q, s, M, K));
         add("q_T64_P8_full", probe_op<64, 8, kFull>(x, q, s, M, K, scratch));
         add("q_T32_P16_full", probe_op<32, 16, kFull>(x, q, s, M, K, scratch));
       } else {
@@ -288,6 +356,10 @@ int main() {
         add("q_T256_P4_none", probe_op<256, 4, kNone>(x, q, s, M, K, scratch));
         add("q_T1024_P1_full", probe_op<1024, 1, kFull>(x, q, s, M, K, scratch));
         add("q_T512_P2_full", probe_op<512, 2, kFull>(x, q, s, M, K, scratch));
+        add("q_C2_T256_P2", probe_cluster_op<256, 2, 2>(x, q, s, M, K));
+        add("q_C4_T128_P2", probe_cluster_op<128, 2, 4>(x, q, s, M, K));
+        add("q_C8_T64_P2", probe_cluster_op<64, 2, 8>(x, q, s, M, K));
+        add("q_C4_T256_P1", probe_cluster_op<256, 1, 4>(x, q, s, M, K));
         add("q_T128_P8_full", probe_op<128, 8, kFull>(x, q, s, M, K, scratch));
         add("q_T32_P32_full", probe_op<32, 32, kFull>(x, q, s, M, K, scratch));
       }
@@ -308,11 +380,31 @@ int main() {
       }
       CHECK(cudaGetLastError());
       const long mismatches = check_library(p, host);
+      // The cluster variants against the library's output (just checked against the formula).
+      std::vector<uint8_t> ref_q(size_t(M) * K), got_q(size_t(M) * K);
+      std::vector<float> ref_s(M), got_s(M);
+      CHECK(cudaMemcpy(ref_q.data(), q, ref_q.size(), cudaMemcpyDeviceToHost));
+      CHECK(cudaMemcpy(ref_s.data(), s, M * 4, cudaMemcpyDeviceToHost));
+      std::vector<long> op_mismatches(ops.size(), -1);
+      for (size_t o = 0; o < ops.size(); ++o) {
+        if (ops[o].name.rfind("q_C", 0) != 0) continue;
+        CHECK(cudaMemset(q, 0xff, got_q.size()));
+        CHECK(cudaMemset(s, 0xff, M * 4));
+        ops[o].fn();
+        CHECK(cudaDeviceSynchronize());
+        CHECK(cudaMemcpy(got_q.data(), q, got_q.size(), cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(got_s.data(), s, M * 4, cudaMemcpyDeviceToHost));
+        long bad = std::memcmp(ref_s.data(), got_s.data(), M * 4) != 0;
+        for (size_t i = 0; i < got_q.size(); ++i) bad += got_q[i] != ref_q[i];
+        op_mismatches[o] = bad;
+      }
       const float empty = median(ops[0].us);
       for (auto& op : ops) {
         std::printf("%s{\"M\": %d, \"K\": %d, \"op\": \"%s\", \"median_us\": %.3f, \"ratio_to_empty\": %.3f",
                     first ? "" : ",\n", M, K, op.name.c_str(), median(op.us), median(op.us) / empty);
         if (op.name == "fp8ext") std::printf(", \"fp8ext_mismatches\": %ld", mismatches);
+        const long op_bad = op_mismatches[&op - ops.data()];
+        if (op_bad >= 0) std::printf(", \"mismatches_vs_library\": %ld", op_bad);
         std::printf("}");
         first = false;
       }
