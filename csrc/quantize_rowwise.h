@@ -54,20 +54,15 @@ enum class QuantDst : uint8_t { kE4M3, kE5M2 };
 //   (r / inner_rows) * outer_stride + (r % inner_rows) * inner_stride
 // of x (a 2-D [M, K] tensor is inner_rows = M, outer_stride = 0; a 3-D [B, S, K] one is inner_rows = S); the
 // last dimension is contiguous. q is a contiguous [rows, K] byte buffer, scale a contiguous [rows] float buffer.
-//
-// The fields that a row's first load needs come first, within 40 bytes: a kernel's parameters are read through
-// the constant cache, and at small M, where the kernel is one dependent chain, a second line's miss before the
-// loads would be on its path.
 struct QuantizeRowwiseParams {
   const void* x = nullptr;
+  QuantSrc src = QuantSrc::kBF16;
   int64_t rows = 0, K = 0;
-  int64_t inner_stride = 0, outer_stride = 0;  // in elements
-  int64_t inner_rows = 1;
+  int64_t inner_rows = 1, outer_stride = 0, inner_stride = 0;  // in elements
   void* q = nullptr;
+  QuantDst dst = QuantDst::kE4M3;
   float* scale = nullptr;
   float scale_ub = 0.0f;  // <= 0: none
-  QuantSrc src = QuantSrc::kBF16;
-  QuantDst dst = QuantDst::kE4M3;
 };
 
 }  // namespace fp8ext
