@@ -63,6 +63,21 @@ __global__ void flush_kernel(uint4* buf, size_t n, uint32_t v) {
     buf[i] = make_uint4(v, v, v, v);
 }
 
+// q for a pack of 8 bf16 values (16 bytes) scaled by inv: 8 e4m3 bytes in element order.
+__device__ __forceinline__ uint2 e4m3_pack(const uint4& v, float inv) {
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
+  uint32_t out[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float a = __uint_as_float(w[2 * h] << 16) * inv, b = __uint_as_float(w[2 * h] & 0xffff0000u) * inv;
+    const float c = __uint_as_float(w[2 * h + 1] << 16) * inv, d = __uint_as_float(w[2 * h + 1] & 0xffff0000u) * inv;
+    const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+    const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
+    out[h] = lo | (hi << 16);
+  }
+  return make_uint2(out[0], out[1]);
+}
+
 // kCopySmem / kWarpSmem: kCopy / kWarp plus one volatile shared-memory store and load per thread (a kernel that
 // has shared memory, whose values do not depend on it). kFullGlobal: kFull with the warps' maxima exchanged through
 // a global scratch row (read from L2 after the barrier) instead of shared memory.
@@ -143,18 +158,7 @@ __global__ void __launch_bounds__(T < 256 ? 256 : T) probe_quantize(const uint4*
   for (int j = 0; j < P; ++j) {
     const int i = lane + j * T;
     if (i >= nvec) continue;
-    const uint32_t* w = reinterpret_cast<const uint32_t*>(&v[j]);
-    uint32_t out[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float a = __uint_as_float(w[2 * h] << 16) * inv, b = __uint_as_float(w[2 * h] & 0xffff0000u) * inv;
-      const float c = __uint_as_float(w[2 * h + 1] << 16) * inv,
-                  d = __uint_as_float(w[2 * h + 1] & 0xffff0000u) * inv;
-      const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-      const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
-      out[h] = lo | (hi << 16);
-    }
-    q[size_t(r) * nvec + i] = make_uint2(out[0], out[1]);
+    q[size_t(r) * nvec + i] = e4m3_pack(v[j], inv);
   }
 }
 
@@ -198,21 +202,7 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(T)
   if (lane == 0 && rank == 0) scale[r] = amax / 448.f;
   const float inv = 448.f / amax;
 #pragma unroll
-  for (int j = 0; j < P; ++j) {
-    const uint32_t* w = reinterpret_cast<const uint32_t*>(&v[j]);
-    uint32_t out[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint32_t lo = __nv_cvt_float2_to_fp8x2(
-          make_float2(__uint_as_float(w[2 * h] << 16) * inv, __uint_as_float(w[2 * h] & 0xffff0000u) * inv),
-          __NV_SATFINITE, __NV_E4M3);
-      const uint32_t hi = __nv_cvt_float2_to_fp8x2(
-          make_float2(__uint_as_float(w[2 * h + 1] << 16) * inv, __uint_as_float(w[2 * h + 1] & 0xffff0000u) * inv),
-          __NV_SATFINITE, __NV_E4M3);
-      out[h] = lo | (hi << 16);
-    }
-    q[size_t(r) * nvec + rank * (T * P) + lane + j * T] = make_uint2(out[0], out[1]);
-  }
+  for (int j = 0; j < P; ++j) q[size_t(r) * nvec + rank * (T * P) + lane + j * T] = e4m3_pack(v[j], inv);
 }
 
 template <int T, int P, int C>
