@@ -3,13 +3,24 @@
 //   nvcc -std=c++17 -O3 -arch=sm_90a -DFP8EXT_WITH_CUDA -Icsrc scripts/probe_quantize_small_m.cu csrc/quantize_rowwise.cu \
 //        -o /tmp/probe_quantize && /tmp/probe_quantize > probe.json
 //
+// Several copies of the library's kernel can be compiled into one binary and timed side by side, sample by sample
+// (the steadiest comparison of two versions: between processes the same kernel's median moves by up to 0.1 us).
+// Each copy is compiled on its own with its namespace renamed, and the list is given to the probe:
+//
+//   git show <commit>:csrc/quantize_rowwise.cu > /tmp/q_old.cu
+//   nvcc -c ... -Dfp8ext=fp8ext_old -Icsrc /tmp/q_old.cu -o /tmp/q_old.o          (likewise q_new from csrc/)
+//   nvcc ... -DPROBE_LIBS="LIB(old) LIB(new)" scripts/probe_quantize_small_m.cu /tmp/q_old.o /tmp/q_new.o -o ...
+//
 // Timed like fp8ext.bench.Timer: before each sample a 256 MiB write flushes the L2 and a spin kernel holds the GPU
 // for 30 us, so that the host has queued the start event, the op and the end event before the op can start; the
 // sample is the events' span. Medians of 300 samples per op, ops interleaved sample by sample.
 //
 // Ops per (M, K), bf16 in, e4m3 out:
 //   empty          a kernel of one thread that does nothing
-//   fp8ext         launch_quantize_rowwise, the library's kernel (FP8EXT_PDL as in the environment)
+//   add1           a kernel of one thread that adds 1 to one bf16 element: the suite's baseline (a one-element
+//                  torch add), written here
+//   fp8ext         launch_quantize_rowwise, the library's kernel (FP8EXT_PDL as in the environment); with
+//                  PROBE_LIBS, fp8ext_<name> for each copy
 //   fp8ext_warm    the same without the flush (x, the kernel's code and its parameters may sit in L2)
 //   copy           the quantize's geometry (threads per row, 4 packs a thread), each pack loaded and its first
 //                  8 bytes stored: the same bytes moved, no reduction, no conversion
@@ -48,9 +59,38 @@
     }                                                                                            \
   } while (0)
 
+// The library copies compiled in: PROBE_LIBS lists LIB(name) for each copy built with -Dfp8ext=fp8ext_name (its
+// QuantizeRowwiseParams is the same struct under another namespace); without it, the one copy in namespace fp8ext.
+struct Library {
+  const char* name;
+  cudaError_t (*launch)(const fp8ext::QuantizeRowwiseParams&, cudaStream_t);
+};
+#if defined(PROBE_LIBS)
+#define LIB(name)                                                                        \
+  namespace fp8ext_##name {                                                              \
+  struct QuantizeRowwiseParams;                                                          \
+  cudaError_t launch_quantize_rowwise(const QuantizeRowwiseParams& p, cudaStream_t stream); \
+  }
+PROBE_LIBS
+#undef LIB
+#define LIB(name)                                                                                               \
+  Library{"fp8ext_" #name, [](const fp8ext::QuantizeRowwiseParams& p, cudaStream_t stream) {                    \
+            return fp8ext_##name::launch_quantize_rowwise(                                                      \
+                reinterpret_cast<const fp8ext_##name::QuantizeRowwiseParams&>(p), stream);                      \
+          }},
+const Library kLibraries[] = {PROBE_LIBS};
+#undef LIB
+#else
+const Library kLibraries[] = {{"fp8ext", fp8ext::launch_quantize_rowwise}};
+#endif
+
 namespace {
 
 __global__ void empty_kernel() {}
+
+__global__ void add1_kernel(__nv_bfloat16* y, const __nv_bfloat16* x) {
+  y[0] = __float2bfloat16(__bfloat162float(x[0]) + 1.0f);
+}
 
 __global__ void spin_kernel(long long cycles) {
   const long long start = clock64();
@@ -238,11 +278,11 @@ float median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
-// Runs the library kernel once on x (bf16 bits in `host`, already on the device at p.x) and counts the q bytes and
-// scales that differ from the formula of quantize_rowwise.h computed on the host (e4m3, no scale_ub).
-long check_library(const fp8ext::QuantizeRowwiseParams& p, const std::vector<uint16_t>& host) {
+// Runs a library copy's kernel once on x (bf16 bits in `host`, already on the device at p.x) and counts the q bytes
+// and scales that differ from the formula of quantize_rowwise.h computed on the host (e4m3, no scale_ub).
+long check_library(const Library& lib, const fp8ext::QuantizeRowwiseParams& p, const std::vector<uint16_t>& host) {
   CHECK(cudaMemset(p.q, 0xff, size_t(p.rows) * p.K));
-  CHECK(fp8ext::launch_quantize_rowwise(p, 0));
+  CHECK(lib.launch(p, 0));
   CHECK(cudaDeviceSynchronize());
   std::vector<uint8_t> q(size_t(p.rows) * p.K);
   std::vector<float> scale(p.rows);
@@ -285,7 +325,7 @@ int main() {
   std::printf("{\"samples\": %d, \"rows\": [\n", kSamples);
   bool first = true;
   for (int K : {4096, 8192}) {
-    for (int M : {1, 4, 16}) {
+    for (int M : {1, 2, 4, 8, 16}) {
       const int nvec = K / 8;
       uint4* x;
       uint2* q;
@@ -295,6 +335,8 @@ int main() {
       CHECK(cudaMalloc(&s, size_t(M) * 4));
       unsigned* scratch;  // 64 words a CTA for kFullGlobal
       CHECK(cudaMalloc(&scratch, size_t(M) * 64 * 4));
+      __nv_bfloat16* add1_out;
+      CHECK(cudaMalloc(&add1_out, 16));
       // Fresh non-zero values: bf16 bit patterns with a random sign, mantissa and exponent (2^-7 to 2^6), so that
       // the cast meets values across the FP8 range.
       std::vector<uint16_t> host(size_t(M) * K);
@@ -315,8 +357,13 @@ int main() {
       p.scale = s;
       std::vector<Op> ops;
       ops.push_back({"empty", [] { empty_kernel<<<1, 1>>>(); }, true, {}});
-      ops.push_back({"fp8ext", [p] { CHECK(fp8ext::launch_quantize_rowwise(p, 0)); }, true, {}});
-      ops.push_back({"fp8ext_warm", [p] { CHECK(fp8ext::launch_quantize_rowwise(p, 0)); }, false, {}});
+      const auto* x_bf16 = reinterpret_cast<const __nv_bfloat16*>(x);
+      ops.push_back({"add1", [=] { add1_kernel<<<1, 1>>>(add1_out, x_bf16); }, true, {}});
+      for (const Library& lib : kLibraries) {
+        ops.push_back({lib.name, [p, &lib] { CHECK(lib.launch(p, 0)); }, true, {}});
+      }
+      ops.push_back({std::string(kLibraries[0].name) + "_warm", [p] { CHECK(kLibraries[0].launch(p, 0)); }, false,
+                     {}});
       const int t = width_for(nvec);
       auto add = [&](const std::string& name, std::function<void()> fn) { ops.push_back({name, fn, true, {}}); };
       if (t == 128) {
@@ -369,8 +416,9 @@ int main() {
         }
       }
       CHECK(cudaGetLastError());
-      const long mismatches = check_library(p, host);
-      // The cluster variants against the library's output (just checked against the formula).
+      std::vector<long> lib_mismatches;
+      for (const Library& lib : kLibraries) lib_mismatches.push_back(check_library(lib, p, host));
+      // The cluster variants against the last library copy's output (just checked against the formula).
       std::vector<uint8_t> ref_q(size_t(M) * K), got_q(size_t(M) * K);
       std::vector<float> ref_s(M), got_s(M);
       CHECK(cudaMemcpy(ref_q.data(), q, ref_q.size(), cudaMemcpyDeviceToHost));
@@ -388,11 +436,15 @@ int main() {
         for (size_t i = 0; i < got_q.size(); ++i) bad += got_q[i] != ref_q[i];
         op_mismatches[o] = bad;
       }
-      const float empty = median(ops[0].us);
+      const float empty = median(ops[0].us), add1 = median(ops[1].us);
       for (auto& op : ops) {
-        std::printf("%s{\"M\": %d, \"K\": %d, \"op\": \"%s\", \"median_us\": %.3f, \"ratio_to_empty\": %.3f",
-                    first ? "" : ",\n", M, K, op.name.c_str(), median(op.us), median(op.us) / empty);
-        if (op.name == "fp8ext") std::printf(", \"fp8ext_mismatches\": %ld", mismatches);
+        std::printf("%s{\"M\": %d, \"K\": %d, \"op\": \"%s\", \"median_us\": %.3f, \"ratio_to_empty\": %.3f, "
+                    "\"ratio_to_add1\": %.3f",
+                    first ? "" : ",\n", M, K, op.name.c_str(), median(op.us), median(op.us) / empty,
+                    median(op.us) / add1);
+        for (size_t l = 0; l < lib_mismatches.size(); ++l) {
+          if (op.name == kLibraries[l].name) std::printf(", \"fp8ext_mismatches\": %ld", lib_mismatches[l]);
+        }
         const long op_bad = op_mismatches[&op - ops.data()];
         if (op_bad >= 0) std::printf(", \"mismatches_vs_library\": %ld", op_bad);
         std::printf("}");
@@ -402,6 +454,7 @@ int main() {
       CHECK(cudaFree(q));
       CHECK(cudaFree(s));
       CHECK(cudaFree(scratch));
+      CHECK(cudaFree(add1_out));
     }
   }
   std::printf("\n]}\n");
