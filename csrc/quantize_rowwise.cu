@@ -8,8 +8,8 @@
 // and stored. x is read once: the kernel moves K * (sizeof(In) + 1) bytes per row, the least there is. Each CTA
 // takes one row group, with no loop. The width
 // is the smallest power of two from a warp to 1024 threads that covers the row with 4 packs a thread, so a thread
-// keeps 64 bytes in flight and several rows share an SM; with at most kFewRows rows and up to 256 threads a row,
-// 2 packs a thread and twice the threads, which shortens each row's chain when the GPU is not full (launch_aligned).
+// keeps 64 bytes in flight and several rows share an SM; with at most kFewRows rows, 2 packs a thread and twice
+// the threads, which shortens each row's chain when the GPU is not full (launch_aligned).
 //
 // Two passes (rows that are not 16-byte aligned, read one element at a time, and rows over 64 KiB): pass 1 reads
 // the row and reduces it to amax, pass 2 reads it again, from L1/L2, and writes q. The width is chosen so that the
@@ -272,38 +272,34 @@ cudaError_t launch_two_pass(const QuantizeRowwiseParams& p, cudaStream_t stream)
                      grid_for<kThreadsPerRow>(p), cta_threads(kThreadsPerRow), stream, p);
 }
 
-// 16-byte aligned rows: one pass with the narrowest width from a warp to kMaxThreads that holds the row in kPacks
-// packs a thread (the caller has checked that kMaxThreads do).
-template <typename In, __nv_fp8_interpretation_t kFormat, int kPacks, int kMaxThreads, int kThreadsPerRow = 32>
+// 16-byte aligned rows: one pass with the narrowest width that holds the row in kPacks packs a thread, two passes
+// past 64 KiB (8 packs a thread at 1024 threads would need more than the 64 registers a thread can have there).
+template <typename In, __nv_fp8_interpretation_t kFormat, int kPacks>
 cudaError_t launch_one_pass_width(const QuantizeRowwiseParams& p, cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(In);
-  if constexpr (kThreadsPerRow < kMaxThreads) {
-    if (p.K / kVec > kThreadsPerRow * kPacks) {
-      return launch_one_pass_width<In, kFormat, kPacks, kMaxThreads, kThreadsPerRow * 2>(p, stream);
-    }
-  }
-  return launch_one_pass<In, kFormat, kThreadsPerRow, kPacks>(p, stream);
+  const int64_t nvec = p.K / kVec;
+  if (nvec <= 32 * kPacks) return launch_one_pass<In, kFormat, 32, kPacks>(p, stream);
+  if (nvec <= 64 * kPacks) return launch_one_pass<In, kFormat, 64, kPacks>(p, stream);
+  if (nvec <= 128 * kPacks) return launch_one_pass<In, kFormat, 128, kPacks>(p, stream);
+  if (nvec <= 256 * kPacks) return launch_one_pass<In, kFormat, 256, kPacks>(p, stream);
+  if (nvec <= 512 * kPacks) return launch_one_pass<In, kFormat, 512, kPacks>(p, stream);
+  return launch_one_pass<In, kFormat, 1024, kPacks>(p, stream);
 }
 
 // Up to this many rows the grid is at most one CTA per SM of an H200 (132): every row is a latency chain (load,
-// reduce, scale, convert, store) with nothing to overlap it. At K = 4096 (bf16) the chain is shorter at 2 packs a
-// thread and 256 threads a row than at 4 packs and 128; at K = 8192, 4 packs and 256 threads beat 2 packs and 512
-// (scripts/probe_quantize_small_m.cu, M = 1..16). So with few rows a row takes 2 packs a thread up to 256 threads,
-// 4 past that. Past kFewRows the GPU is full and 4 packs a thread keep more bytes in flight per thread.
+// reduce, scale, convert, store) with nothing to overlap it, and the chain is shorter at 2 packs a thread and twice
+// the threads (measured at M = 1..16, K = 4096 and 8192: scripts/probe_quantize_small_m.cu). Past it the GPU is
+// full and 4 packs a thread keep more bytes in flight per thread.
 constexpr int64_t kFewRows = 128;
-constexpr int kFewRowsMaxThreads = 256;
 
 template <typename In, __nv_fp8_interpretation_t kFormat>
 cudaError_t launch_aligned(const QuantizeRowwiseParams& p, cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(In);
   const int64_t nvec = p.K / kVec;
-  if (p.rows <= kFewRows && nvec <= kFewRowsMaxThreads * 2) {
-    return launch_one_pass_width<In, kFormat, 2, kFewRowsMaxThreads>(p, stream);
-  }
+  if (p.rows <= kFewRows && nvec <= 1024 * 2) return launch_one_pass_width<In, kFormat, 2>(p, stream);
   // The one-pass kernel has one row group a CTA, so it takes at most INT_MAX rows (the grid's limit); past that
-  // (a 64 GiB input at the least) the two-pass kernel loops. Past 64 KiB a row would need 8 packs a thread at 1024
-  // threads, more than the 64 registers a thread can have there.
-  if (nvec <= 1024 * 4 && p.rows <= INT_MAX) return launch_one_pass_width<In, kFormat, 4, 1024>(p, stream);
+  // (a 64 GiB input at the least) the two-pass kernel loops.
+  if (nvec <= 1024 * 4 && p.rows <= INT_MAX) return launch_one_pass_width<In, kFormat, 4>(p, stream);
   return launch_two_pass<In, kFormat, uint4, 512>(p, stream);
 }
 
