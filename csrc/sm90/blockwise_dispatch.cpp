@@ -1,6 +1,7 @@
 // The block-scaled kernels' dispatch (blockwise_dispatch.h explains the prediction).
 #include "sm90/blockwise_dispatch.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -146,9 +147,9 @@ int max_band_from_env() {
 
 }  // namespace
 
-int blockwise_band(const BlockwiseTraits& t, int64_t M, int64_t N, int sm_count) {
+int blockwise_band(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K, int sm_count) {
   if (sm_count <= 0 || (t.schedule != Schedule::kCooperative && t.schedule != Schedule::kPingpong)) return 1;
-  if (M < kBlockwiseBandMinM) return 1;
+  if (std::min(M, N) * K < kBlockwiseBandMinOperandBytes) return 1;
   const int64_t mma_m = t.swap_ab ? N : M, mma_n = t.swap_ab ? M : N;
   // The grid in tiles, rounded to whole clusters as CUTLASS does before it bands it.
   const int64_t tiles_m = round_up((mma_m + t.tile_m - 1) / t.tile_m, t.cluster_m);

@@ -146,14 +146,15 @@ BlockwiseSelection select_blockwise_kernel(int64_t M, int64_t N, int64_t K, OutT
 // stage count, hit 61% in L2 against 84%, and took 759 us against 635 (Nsight Compute, bench/results/ncu/). A wave
 // in bands of 8 covers about 16 x 8 tiles and touches about a third as many panels.
 //
-// CUTLASS pads the tile grid to a multiple of band x cluster in both directions and computes the padding, so a
-// band is taken only where the padded grid needs no more waves than the grid itself: the largest of 8, 4 and 2 for
-// which that holds (CUTLASS narrows the band where the grid's shorter side is under 6 or 3 tiles), else 1. Only
-// from M = kBlockwiseBandMinM, where it was measured (scripts/probe_blockwise_band.py); smaller calls keep the
-// one-tile walk. The environment variable FP8EXT_BLOCKWISE_MAX_BAND (read once; 1, 2, 4 or 8) caps the band, 1
-// restoring the one-tile walk everywhere.
-constexpr int64_t kBlockwiseBandMinM = 1024;
-int blockwise_band(const BlockwiseTraits& t, int64_t M, int64_t N, int sm_count);
+// So a band is taken only where both operands exceed the L2 (M x K and N x K bytes of FP8 at least
+// kBlockwiseBandMinOperandBytes); on smaller problems the walk gained nothing measurable and a band's padding cost
+// up to 25% (scripts/probe_blockwise_band.py). CUTLASS pads the tile grid to a multiple of band x cluster in both
+// directions and computes the padding, so the band is the largest of 8, 4 and 2 whose padded grid needs no more
+// waves than the grid itself (CUTLASS narrows it where the grid's shorter side is under 6 or 3 tiles), else 1. The
+// environment variable FP8EXT_BLOCKWISE_MAX_BAND (read once; 1, 2, 4 or 8) caps the band, 1 restoring the one-tile
+// walk everywhere.
+constexpr int64_t kBlockwiseBandMinOperandBytes = int64_t{50} << 20;  // the H200's L2
+int blockwise_band(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K, int sm_count);
 
 // A kernel forced by name (fp8ext.force_kernel with a "bw_" name); nullptr for none. Process-wide.
 const BlockwiseKernelEntry* forced_blockwise_kernel();
