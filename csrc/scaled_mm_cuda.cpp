@@ -565,9 +565,8 @@ Tensor run_blockwise(const Tensor& a, const Tensor& b, const Tensor& scale_a, co
     return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
   }
   Tensor out = st::new_empty(a, {problem.M, problem.N}, problem.out_dtype);
-  sm90::BlockwiseParams p =
+  const sm90::BlockwiseParams p =
       blockwise_params(a, b, scale_a, scale_b, bias, problem, out, props.multiProcessorCount, stream);
-  p.max_swizzle = sm90::blockwise_band(kernel->traits, problem.M, problem.N, problem.K, props.multiProcessorCount);
   const sm90::LaunchResult r = launch(*kernel, p, a);  // stream-K's workspace from the caching allocator
   FP8EXT_CHECK(r.ok, "fp8ext.scaled_mm: CUTLASS kernel '", kernel->name, "' failed at ", r.stage, ": ", r.detail,
                " (M=", problem.M, ", N=", problem.N, ", K=", problem.K, ", lda=", p.lda, ", ldb=", p.ldb,

@@ -1,10 +1,8 @@
 // The block-scaled kernels' dispatch (blockwise_dispatch.h explains the prediction).
 #include "sm90/blockwise_dispatch.h"
 
-#include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -129,39 +127,6 @@ double blockwise_work(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K,
   const double tile_macs = static_cast<double>(t.tile_m) * t.tile_n * static_cast<double>(K);
   if (t.schedule == Schedule::kStreamK) return static_cast<double>(tiles) * tile_macs / sm_count;
   return static_cast<double>((tiles + sm_count - 1) / sm_count) * tile_macs;
-}
-
-namespace {
-
-int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
-
-int max_band_from_env() {
-  static const int cap = [] {
-    const char* v = std::getenv("FP8EXT_BLOCKWISE_MAX_BAND");
-    if (v == nullptr) return 8;
-    const int n = std::atoi(v);
-    return n >= 8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1;
-  }();
-  return cap;
-}
-
-}  // namespace
-
-int blockwise_band(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K, int sm_count) {
-  if (sm_count <= 0 || (t.schedule != Schedule::kCooperative && t.schedule != Schedule::kPingpong)) return 1;
-  if (std::min(M, N) * K < kBlockwiseBandMinOperandBytes) return 1;
-  const int64_t mma_m = t.swap_ab ? N : M, mma_n = t.swap_ab ? M : N;
-  // The grid in tiles, rounded to whole clusters as CUTLASS does before it bands it.
-  const int64_t tiles_m = round_up((mma_m + t.tile_m - 1) / t.tile_m, t.cluster_m);
-  const int64_t tiles_n = round_up((mma_n + t.tile_n - 1) / t.tile_n, t.cluster_n);
-  const int64_t waves = (tiles_m * tiles_n + sm_count - 1) / sm_count;
-  for (int band = max_band_from_env(); band > 1; band /= 2) {
-    const int b = effective_band(tiles_m, tiles_n, band);
-    if (b == 1) continue;
-    const int64_t padded = round_up(tiles_m, int64_t(b) * t.cluster_m) * round_up(tiles_n, int64_t(b) * t.cluster_n);
-    if ((padded + sm_count - 1) / sm_count == waves) return b;
-  }
-  return 1;
 }
 
 double residual_correction(std::span<const BlockwiseResidual> residuals, int64_t M, int64_t N, int64_t K) {

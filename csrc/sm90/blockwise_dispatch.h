@@ -137,25 +137,6 @@ BlockwiseSelection select_blockwise_kernel(int64_t M, int64_t N, int64_t K, OutT
                                            bool allow_workspace, bool torch_can_run,
                                            const BlockwiseTrial* trial = nullptr);
 
-// The band of tiles (BlockwiseParams::max_swizzle) a data-parallel tile kernel walks on the call; 1 for the others.
-//
-// Why: with bands of one tile, CUTLASS's persistent scheduler walks the tile grid along its longer side, so one wave
-// of 132 CTAs covers about 66 tiles of that side by 2 of the other and reads the long side's whole operand panel
-// every wave. Where that panel exceeds the L2, every wave fetches it from HBM again: at 8192 x 7168 x 7168 the
-// 128 x 128 tile with a 2x1 cluster read 1.40 GB from HBM against cuBLASLt's 0.41 GB for the same tile, cluster and
-// stage count, hit 61% in L2 against 84%, and took 759 us against 635 (Nsight Compute, bench/results/ncu/). A wave
-// in bands of 8 covers about 16 x 8 tiles and touches about a third as many panels.
-//
-// So a band is taken only where both operands exceed the L2 (M x K and N x K bytes of FP8 at least
-// kBlockwiseBandMinOperandBytes); on smaller problems the walk gained nothing measurable and a band's padding cost
-// up to 25% (scripts/probe_blockwise_band.py). CUTLASS pads the tile grid to a multiple of band x cluster in both
-// directions and computes the padding, so the band is the largest of 8, 4 and 2 whose padded grid needs no more
-// waves than the grid itself (CUTLASS narrows it where the grid's shorter side is under 6 or 3 tiles), else 1. The
-// environment variable FP8EXT_BLOCKWISE_MAX_BAND (read once; 1, 2, 4 or 8) caps the band, 1 restoring the one-tile
-// walk everywhere.
-constexpr int64_t kBlockwiseBandMinOperandBytes = int64_t{50} << 20;  // the H200's L2
-int blockwise_band(const BlockwiseTraits& t, int64_t M, int64_t N, int64_t K, int sm_count);
-
 // A kernel forced by name (fp8ext.force_kernel with a "bw_" name); nullptr for none. Process-wide.
 const BlockwiseKernelEntry* forced_blockwise_kernel();
 void set_forced_blockwise_kernel(const BlockwiseKernelEntry* kernel);

@@ -218,7 +218,6 @@ struct BlockwiseGemm {
                                   {Epilogue::arguments(p.bias), nullptr, f.stride_d, static_cast<ElementD*>(p.out),
                                    f.stride_d}};
     set_launch_arguments<kStreamK>(args, p.device_id, p.sm_count);
-    if constexpr (!kStreamK) args.scheduler.max_swizzle_size = p.max_swizzle;
     return args;
   }
 };

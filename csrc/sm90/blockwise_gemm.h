@@ -48,9 +48,6 @@ struct BlockwiseParams {
   int device_id = 0;
   int sm_count = 0;
   cudaStream_t stream = nullptr;
-  // The data-parallel tile kernels' walk: bands of up to this many tiles (1, 2, 4 or 8) across CUTLASS's heuristic
-  // raster direction (blockwise_band in blockwise_dispatch.h). Stream-K and decode kernels ignore it.
-  int max_swizzle = 1;
 };
 
 struct BlockwiseTraits {

@@ -30,6 +30,16 @@ const std::map<std::string, Coefficients>& fitted() {
   return m;
 }
 
+// CUTLASS's persistent tile scheduler (tile_scheduler_params.h, get_log_swizzle_size): the band it really uses
+// for a requested maximum, given the cluster-rounded grid's shorter side.
+int effective_band(int64_t blocks_m, int64_t blocks_n, int max_swizzle) {
+  const int64_t shorter = std::min(blocks_m, blocks_n);
+  if (max_swizzle >= 8 && shorter >= 6) return 8;
+  if (max_swizzle >= 4 && shorter >= 3) return 4;
+  if (max_swizzle >= 2 && shorter >= 2) return 2;
+  return 1;
+}
+
 struct Grid {
   int64_t bm, bn;  // tiles needed along the MMA's M and N
   int cm, cn;      // cluster
@@ -123,14 +133,6 @@ double megabytes(const CostProblem& p) {
 bool raster_along_m(int64_t padded_m, int64_t padded_n) { return padded_n > padded_m; }
 
 }  // namespace
-
-int effective_band(int64_t blocks_m, int64_t blocks_n, int max_swizzle) {
-  const int64_t shorter = std::min(blocks_m, blocks_n);
-  if (max_swizzle >= 8 && shorter >= 6) return 8;
-  if (max_swizzle >= 4 && shorter >= 3) return 4;
-  if (max_swizzle >= 2 && shorter >= 2) return 2;
-  return 1;
-}
 
 SchedulerOptions scheduler_options(const KernelTraits& t, const CostProblem& p) {
   SchedulerOptions o;

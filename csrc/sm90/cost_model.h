@@ -78,10 +78,6 @@ Estimate estimate(const KernelEntry& kernel, const CostProblem& p);
 // it (then dispatch never prefers torch).
 double torch_rowwise_estimate(const CostProblem& p, Accum accum);
 
-// CUTLASS's persistent tile scheduler (tile_scheduler_params.h, get_log_swizzle_size): the band it really uses
-// for a requested maximum, given the cluster-rounded grid's shorter side (in tiles).
-int effective_band(int64_t blocks_m, int64_t blocks_n, int max_swizzle);
-
 // The calibration rows compiled in (name, c0..c3), for introspection and tests.
 struct CoefficientRow {
   const char* name;

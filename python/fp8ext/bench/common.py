@@ -78,7 +78,7 @@ def run_record() -> dict:
 
 
 # Environment settings that change what fp8ext runs, recorded with every suite when they are set.
-RECORDED_SETTINGS = ("FP8EXT_PDL", "FP8EXT_BACKENDS", "FP8EXT_AUTOTUNE", "FP8EXT_BLOCKWISE_MAX_BAND")
+RECORDED_SETTINGS = ("FP8EXT_PDL", "FP8EXT_BACKENDS", "FP8EXT_AUTOTUNE")
 
 
 def suite_record(suite: str) -> dict:
