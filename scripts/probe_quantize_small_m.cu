@@ -4,7 +4,9 @@
 //        -o /tmp/probe_quantize && /tmp/probe_quantize > probe.json
 //
 // Several copies of the library's kernel can be compiled into one binary and timed side by side, sample by sample
-// (the steadiest comparison of two versions: between processes the same kernel's median moves by up to 0.1 us).
+// (the steadiest comparison of two versions: between processes the same kernel's median moves by up to 0.1 us;
+// even so, two builds of one kernel were 0.13-0.19 us apart at one shape in four runs,
+// bench/results/h200-2026-12-02-probe-quantize-small-m-2eb63bd.json).
 // Each copy is compiled on its own with its namespace renamed, and the list is given to the probe:
 //
 //   git show <commit>:csrc/quantize_rowwise.cu > /tmp/q_old.cu
@@ -17,8 +19,8 @@
 //
 // Ops per (M, K), bf16 in, e4m3 out:
 //   empty          a kernel of one thread that does nothing
-//   add1           a kernel of one thread that adds 1 to one bf16 element: the suite's baseline (a one-element
-//                  torch add), written here
+//   add1           a kernel of one thread that adds 1 to one bf16 element: the quantize suite's baseline, a
+//                  one-element add, written as a kernel (torch's add, in the suite, times about 0.8 us longer)
 //   fp8ext         launch_quantize_rowwise, the library's kernel (FP8EXT_PDL as in the environment); with
 //                  PROBE_LIBS, fp8ext_<name> for each copy
 //   fp8ext_warm    the same without the flush (x, the kernel's code and its parameters may sit in L2)
