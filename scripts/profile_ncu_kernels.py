@@ -3,14 +3,17 @@
   quant: fp8ext.quantize_rowwise at 1 x 8192, 16 x 8192 and 16 x 4096 (bf16), and a one-element torch add;
   bw:    block-wise 8192 x 7168 x 7168, fp8ext's bw_coop_128x128x128_c2x1_ov_bf16 (forced, no backstop) and
          torch._scaled_mm block-wise (cuBLASLt) on the same tensors; `bw time` times both instead (CUDA events,
-         interleaved, medians) and profiles nothing.
+         interleaved, medians) and profiles nothing;
+  names: no Nsight Compute: the kernels torch._scaled_mm block-wise runs at four large shapes, by torch.profiler
+         (python scripts/profile_ncu_kernels.py names).
 
 Only the calls between torch.cuda.profiler.start() and stop() are profiled:
 
   ncu --clock-control none --profile-from-start off --set full -o report python scripts/profile_ncu_kernels.py bw
   ncu --import report.ncu-rep --page details --csv > details.csv
 
-Records: bench/results/ncu/h200-2026-12-02-ff7f6de-{blockwise-8192x7168x7168,quantize-small-m}.csv.
+Records: bench/results/ncu/h200-2026-12-02-ff7f6de-{blockwise-8192x7168x7168,quantize-small-m}.csv,
+bench/results/h200-2026-12-02-torch-blockwise-kernel-names.json.
 """
 import sys
 import torch
@@ -18,7 +21,23 @@ import fp8ext
 
 torch.manual_seed(0)
 which = sys.argv[1]
-if which == "quant":
+if which == "names":
+    from torch.profiler import ProfilerActivity, profile
+
+    for M, N, K in [(4096, 7168, 2048), (8192, 24576, 1536), (16384, 7168, 18432), (9540, 28672, 3584)]:
+        a = (torch.randn(M, K, device="cuda") / 4).to(torch.float8_e4m3fn)
+        w = (torch.randn(N, K, device="cuda") / 4).to(torch.float8_e4m3fn)
+        sa = torch.rand(K // 128, M, device="cuda").add_(0.5).t()
+        sb = torch.rand(N // 128, K // 128, device="cuda").add_(0.5).t()
+        for _ in range(3):
+            torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16)
+            torch.cuda.synchronize()
+        names = sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA})
+        print(M, N, K, names, flush=True)
+elif which == "quant":
     xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for m, k in [(1, 8192), (16, 8192), (16, 4096)]]
     one = torch.randn(1, device="cuda", dtype=torch.bfloat16)
     for x in xs:
