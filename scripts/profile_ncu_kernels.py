@@ -19,16 +19,24 @@ import sys
 import torch
 import fp8ext
 
+
+
+def blockwise_problem(M, N, K):
+    """a [M, K] and w [N, K] in e4m3 (randn / 4), scales uniform in [0.5, 1.5) in torch's block-wise layouts."""
+    a = (torch.randn(M, K, device="cuda") / 4).to(torch.float8_e4m3fn)
+    w = (torch.randn(N, K, device="cuda") / 4).to(torch.float8_e4m3fn)
+    sa = torch.rand(K // 128, M, device="cuda").add_(0.5).t()
+    sb = torch.rand(N // 128, K // 128, device="cuda").add_(0.5).t()
+    return a, w, sa, sb
+
+
 torch.manual_seed(0)
 which = sys.argv[1]
 if which == "names":
     from torch.profiler import ProfilerActivity, profile
 
     for M, N, K in [(4096, 7168, 2048), (8192, 24576, 1536), (16384, 7168, 18432), (9540, 28672, 3584)]:
-        a = (torch.randn(M, K, device="cuda") / 4).to(torch.float8_e4m3fn)
-        w = (torch.randn(N, K, device="cuda") / 4).to(torch.float8_e4m3fn)
-        sa = torch.rand(K // 128, M, device="cuda").add_(0.5).t()
-        sb = torch.rand(N // 128, K // 128, device="cuda").add_(0.5).t()
+        a, w, sa, sb = blockwise_problem(M, N, K)
         for _ in range(3):
             torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16)
         torch.cuda.synchronize()
@@ -52,10 +60,7 @@ elif which == "quant":
     torch.cuda.profiler.stop()
 else:
     M, N, K = 8192, 7168, 7168
-    a = (torch.randn(M, K, device="cuda") / 4).to(torch.float8_e4m3fn)
-    w = (torch.randn(N, K, device="cuda") / 4).to(torch.float8_e4m3fn)
-    sa = torch.rand(K // 128, M, device="cuda").add_(0.5).t()
-    sb = torch.rand(N // 128, K // 128, device="cuda").add_(0.5).t()
+    a, w, sa, sb = blockwise_problem(M, N, K)
     fp8ext.set_backends("fp8ext")
 
     def ours():
