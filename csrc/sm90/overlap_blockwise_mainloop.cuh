@@ -13,10 +13,16 @@
 // bound of docs/accuracy.md is unchanged. What changes is when the FFMAs run, as in overlap_promotion_mainloop.cuh
 // for the row-wise family: CUTLASS keeps P_t in one fragment and must wait for all of tile t's wgmmas
 // (warpgroup_wait<0>) and scale them before it may issue tile t+1's, so the warpgroup's tensor core work stops
-// for the drain latency plus the FFMAs every tile. Here P_t and P_{t+1} live in two fragments: tile t+1's wgmmas
-// are issued first, then the warpgroup waits until only that batch is in flight (warpgroup_wait<1>) and scales
-// P_t into the sum while the tensor core works on t+1. The price is one more accumulator fragment (main + 2
-// partials), so the warpgroup's share of a tile must stay at 64 x 128 or below.
+// for the drain latency plus the FFMAs every tile. Here P_t and P_{t+1} live in two fragments: the first half of
+// tile t+1's wgmmas is issued first, then the warpgroup waits until only that half is in flight
+// (warpgroup_wait<1>), scales P_t into the sum while the tensor core works on it, and issues the second half. The
+// price is one more accumulator fragment (main + 2 partials), so the warpgroup's share of a tile must stay at
+// 64 x 128 or below.
+//
+// The halves: issuing all four of tile t+1's wgmmas before the wait and the fold was 3% slower (geomean over ten
+// large problems, 0-6% a problem) than two, the fold, then two, timed in one binary by
+// scripts/probe_blockwise_mainloop.cu. The fold is still what this kernel loses most to: without it the same loop
+// ran 1.54x as fast there (docs/blockwise.md, "Where the time goes at large M").
 //
 // Only mma() is replaced. The loads (TMA operands, cp.async scales), shared storage, parameters and mma_tail()
 // are CUTLASS's (Base), and the contract with the kernel is the same: mma() leaves the last K tile's stage
@@ -31,22 +37,134 @@
 #include "sm90/overlap_k_loop.cuh"
 
 namespace fp8ext::sm90 {
+namespace blockwise_loop {
+
+// One consumer thread's share of every stage's scales, and the fold acc += P_t * s_t of the file comment.
+// Collective is CUTLASS's blockwise collective (its shared-memory layouts, tile and MMA); make_stage_scales() below
+// builds one.
+template <class Collective, class SmemSFA, class SmemSFB, class RegSFA, class RegSFB>
+struct StageScales {
+  using ElementBlockScale = typename Collective::ElementBlockScale;
+  static constexpr int kScaleMsPerTile = Collective::ScaleMsPerTile;
+  static constexpr int kScaleNsPerTile = Collective::ScaleNsPerTile;
+
+  SmemSFA tCsSFA;  // (MMA, MMA_M, MMA_N, (MMA_K, PIPE)): each accumulator element's scale_a, in every stage
+  SmemSFB tCsSFB;  // the same for scale_b
+  RegSFA tCrSFA;   // one stage's, shaped like the accumulator (the K mode sliced away)
+  RegSFB tCrSFB;
+
+  // The scale product s_t of the tile folded next (its stage is still unreleased), formed as the collective forms
+  // it: the per-tile scalar side is multiplied into the per-element side.
+  CUTLASS_DEVICE void load(int stage) {
+    using namespace cute;
+    copy(tCsSFA(_, _, _, make_coord(_0{}, stage)), tCrSFA);
+    copy(tCsSFB(_, _, _, make_coord(_0{}, stage)), tCrSFB);
+    if constexpr (kScaleMsPerTile == 1 && kScaleNsPerTile == 1) {
+      tCrSFA(_0{}) = tCrSFA(_0{}) * tCrSFB(_0{});
+    } else if constexpr (kScaleMsPerTile > 1 && kScaleNsPerTile == 1) {
+      const ElementBlockScale scale_b = tCrSFB(_0{});
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(filter_zeros(tCrSFA)); ++i) {
+        filter_zeros(tCrSFA)(i) = filter_zeros(tCrSFA)(i) * scale_b;
+      }
+    } else if constexpr (kScaleMsPerTile == 1 && kScaleNsPerTile > 1) {
+      const ElementBlockScale scale_a = tCrSFA(_0{});
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(filter_zeros(tCrSFB)); ++i) {
+        filter_zeros(tCrSFB)(i) = filter_zeros(tCrSFB)(i) * scale_a;
+      }
+    }
+  }
+
+  // acc += P_t * s_t for a finished partial (the caller has waited for its wgmmas). The fences pin the FFMAs
+  // between that wait and the next issue (overlap_promotion_mainloop.cuh explains the C7514 serialization that
+  // follows otherwise).
+  template <class Part, class Accum>
+  CUTLASS_DEVICE void fold(Part& part, Accum& accum) {
+    using namespace cute;
+    warpgroup_fence_operand(part);
+    if constexpr (kScaleMsPerTile == 1 && kScaleNsPerTile == 1) {
+      const ElementBlockScale scale_ab = tCrSFA(_0{});
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(accum); ++i) accum(i) += part(i) * scale_ab;
+    } else if constexpr (kScaleMsPerTile > 1 && kScaleNsPerTile == 1) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(accum); ++i) accum(i) += part(i) * tCrSFA(i);
+    } else if constexpr (kScaleMsPerTile == 1 && kScaleNsPerTile > 1) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(accum); ++i) accum(i) += part(i) * tCrSFB(i);
+    } else {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(accum); ++i) accum(i) += part(i) * tCrSFA(i) * tCrSFB(i);
+    }
+    warpgroup_fence_operand(accum);
+  }
+};
+
+// The scales as (BLK_M, BLK_N, (BLK_K, PIPE)) views, broadcast (stride 0) along the other operand's mode, so that
+// partitioning them like the accumulator gives each thread the scale of each of its elements. These are the
+// collective's own views.
+template <class Collective>
+CUTLASS_DEVICE auto make_stage_scales(typename Collective::TensorStorage& shared_tensors, int thread_idx) {
+  using namespace cute;
+  using SmemLayoutSFA = typename Collective::SmemLayoutSFA;
+  using SmemLayoutSFB = typename Collective::SmemLayoutSFB;
+  using TileShape = typename Collective::TileShape;
+  Tensor sSFA = make_tensor(
+      make_smem_ptr(shared_tensors.smem_SFA.data()),
+      make_layout(make_shape(get<0>(shape(SmemLayoutSFA{})), get<1>(TileShape{}),
+                             make_shape(get<1>(shape(SmemLayoutSFA{})), get<2>(shape(SmemLayoutSFA{})))),
+                  make_stride(get<0>(stride(SmemLayoutSFA{})), _0{},
+                              make_stride(get<1>(stride(SmemLayoutSFA{})), get<2>(stride(SmemLayoutSFA{}))))));
+  Tensor sSFB = make_tensor(
+      make_smem_ptr(shared_tensors.smem_SFB.data()),
+      make_layout(make_shape(get<0>(TileShape{}), get<0>(shape(SmemLayoutSFB{})),
+                             make_shape(get<1>(shape(SmemLayoutSFB{})), get<2>(shape(SmemLayoutSFB{})))),
+                  make_stride(_0{}, get<0>(stride(SmemLayoutSFB{})),
+                              make_stride(get<1>(stride(SmemLayoutSFB{})), get<2>(stride(SmemLayoutSFB{}))))));
+  typename Collective::TiledMma tiled_mma;
+  Tensor tCsSFA = tiled_mma.get_slice(thread_idx).partition_C(sSFA);
+  Tensor tCsSFB = tiled_mma.get_slice(thread_idx).partition_C(sSFB);
+  Tensor tCrSFA = make_tensor_like<typename Collective::ElementBlockScale>(tCsSFA(_, _, _, _0{}));
+  Tensor tCrSFB = make_tensor_like<typename Collective::ElementBlockScale>(tCsSFB(_, _, _, _0{}));
+  return StageScales<Collective, decltype(tCsSFA), decltype(tCsSFB), decltype(tCrSFA), decltype(tCrSFB)>{
+      tCsSFA, tCsSFB, tCrSFA, tCrSFB};
+}
+
+// The K loop's skeleton over k_tile_count >= 1 tiles and two partial fragments: first(part) starts tile 0,
+// step(next, prev) starts the next tile in one fragment and folds the previous one from the other, drain(last)
+// folds the last. Two tiles a trip, so that which fragment is which stays a compile-time fact (registers cannot be
+// indexed at run time).
+template <class Part, class First, class Step, class Drain>
+CUTLASS_DEVICE void two_tile_loop(int k_tile_count, Part& part0, Part& part1, First&& first, Step&& step,
+                                  Drain&& drain) {
+  first(part0);
+  int remaining = k_tile_count - 1;
+  CUTLASS_PRAGMA_NO_UNROLL
+  for (; remaining >= 2; remaining -= 2) {
+    step(part1, part0);
+    step(part0, part1);
+  }
+  if (remaining == 1) {
+    step(part1, part0);
+    drain(part1);
+  } else {
+    drain(part0);
+  }
+}
+
+}  // namespace blockwise_loop
 
 template <class Base>
 struct OverlapBlockwiseMainloop : Base {
-  using typename Base::ElementBlockScale;
   using typename Base::MainloopPipeline;
   using typename Base::Params;
   using typename Base::PipelineState;
   using typename Base::SmemLayoutA;
   using typename Base::SmemLayoutB;
-  using typename Base::SmemLayoutSFA;
-  using typename Base::SmemLayoutSFB;
   using typename Base::TensorStorage;
   using typename Base::TiledMma;
   using typename Base::TileShape;
-  static constexpr int kScaleMsPerTile = Base::ScaleMsPerTile;
-  static constexpr int kScaleNsPerTile = Base::ScaleNsPerTile;
   static_assert(Base::ScalePromotionInterval == 4 &&
                     cute::size<2>(TileShape{}) == 4 * cute::size<2>(typename TiledMma::AtomShape_MNK{}),
                 "the overlapped mainloop scales once per K tile: one scale group per 128-deep tile");
@@ -58,74 +176,73 @@ struct OverlapBlockwiseMainloop : Base {
     static_assert(is_rmem<FrgTensorC>::value, "the accumulator must be in registers");
     static_assert(size(FrgTensorC{}) <= 64, "a warpgroup's share of a tile must stay at 64 x 128 or below");
 
-    // The scales as (BLK_M, BLK_N, (BLK_K, PIPE)) views, broadcast (stride 0) along the other operand's mode,
-    // so that partitioning them like the accumulator gives each thread the scale of each of its elements. These
-    // are the collective's own views.
-    Tensor sSFA = make_tensor(
-        make_smem_ptr(shared_tensors.smem_SFA.data()),
-        make_layout(make_shape(get<0>(shape(SmemLayoutSFA{})), get<1>(TileShape{}),
-                               make_shape(get<1>(shape(SmemLayoutSFA{})), get<2>(shape(SmemLayoutSFA{})))),
-                    make_stride(get<0>(stride(SmemLayoutSFA{})), _0{},
-                                make_stride(get<1>(stride(SmemLayoutSFA{})), get<2>(stride(SmemLayoutSFA{}))))));
-    Tensor sSFB = make_tensor(
-        make_smem_ptr(shared_tensors.smem_SFB.data()),
-        make_layout(make_shape(get<0>(TileShape{}), get<0>(shape(SmemLayoutSFB{})),
-                               make_shape(get<1>(shape(SmemLayoutSFB{})), get<2>(shape(SmemLayoutSFB{})))),
-                    make_stride(_0{}, get<0>(stride(SmemLayoutSFB{})),
-                                make_stride(get<1>(stride(SmemLayoutSFB{})), get<2>(stride(SmemLayoutSFB{}))))));
-
+    auto scales = blockwise_loop::make_stage_scales<Base>(shared_tensors, thread_idx);
     TiledMma tiled_mma;
-    Tensor tCsSFA = tiled_mma.get_slice(thread_idx).partition_C(sSFA);  // (MMA, MMA_M, MMA_N, (MMA_K, PIPE))
-    Tensor tCsSFB = tiled_mma.get_slice(thread_idx).partition_C(sSFB);
-    // One stage's scales in registers, shaped like the accumulator (the K mode is sliced away).
-    Tensor tCrSFA = make_tensor_like<ElementBlockScale>(tCsSFA(_, _, _, _0{}));
-    Tensor tCrSFB = make_tensor_like<ElementBlockScale>(tCsSFB(_, _, _, _0{}));
+    auto fragments = overlap::operand_fragments<TiledMma, SmemLayoutA, SmemLayoutB>(tiled_mma, thread_idx,
+                                                                                    shared_tensors);
+    auto& tCrA = get<0>(fragments);  // (MMA, MMA_M, MMA_K, PIPE)
+    auto& tCrB = get<1>(fragments);  // (MMA, MMA_N, MMA_K, PIPE)
+    constexpr int kBlocksPerTile = decltype(size<2>(tCrA))::value;
+    constexpr int kFirstHalf = kBlocksPerTile / 2;
+    auto part0 = make_fragment_like(accum);
+    auto part1 = make_fragment_like(accum);
+    overlap::clear_fragments(accum, part0, part1);
+    if (k_tile_count <= 0) return;
 
-    // The scale product s_t of the tile promoted next (its stage is still unreleased), formed as the collective
-    // forms it: the per-tile scalar side is multiplied into the per-element side.
-    auto load_scales = [&](int stage) {
-      copy(tCsSFA(_, _, _, make_coord(_0{}, stage)), tCrSFA);
-      copy(tCsSFB(_, _, _, make_coord(_0{}, stage)), tCrSFB);
-      if constexpr (kScaleMsPerTile == 1 && kScaleNsPerTile == 1) {
-        tCrSFA(_0{}) = tCrSFA(_0{}) * tCrSFB(_0{});
-      } else if constexpr (kScaleMsPerTile > 1 && kScaleNsPerTile == 1) {
-        const ElementBlockScale scale_b = tCrSFB(_0{});
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(filter_zeros(tCrSFA)); ++i) {
-          filter_zeros(tCrSFA)(i) = filter_zeros(tCrSFA)(i) * scale_b;
-        }
-      } else if constexpr (kScaleMsPerTile == 1 && kScaleNsPerTile > 1) {
-        const ElementBlockScale scale_a = tCrSFA(_0{});
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(filter_zeros(tCrSFB)); ++i) {
-          filter_zeros(tCrSFB)(i) = filter_zeros(tCrSFB)(i) * scale_a;
-        }
-      }
-    };
-    // acc += P_t * s_t for a finished partial (the caller has waited for its wgmmas). The fences pin the FFMAs
-    // between that wait and the next issue (overlap_promotion_mainloop.cuh explains the C7514 serialization
-    // that follows otherwise).
-    auto promote = [&](auto& part) {
+    PipelineState smem_pipe_release = smem_pipe_read;
+    int read_stage = 0;
+    // The first half of the next K tile's wgmmas into `part` (the first overwrites it), after waiting for its stage;
+    // then the second half. Each half is one commit group.
+    auto issue_first_half = [&](auto& part) {
+      auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
+      pipeline.consumer_wait(smem_pipe_read, barrier_token);
+      read_stage = smem_pipe_read.index();
+      tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
       warpgroup_fence_operand(part);
-      if constexpr (kScaleMsPerTile == 1 && kScaleNsPerTile == 1) {
-        const ElementBlockScale scale_ab = tCrSFA(_0{});
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(accum); ++i) accum(i) += part(i) * scale_ab;
-      } else if constexpr (kScaleMsPerTile > 1 && kScaleNsPerTile == 1) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(accum); ++i) accum(i) += part(i) * tCrSFA(i);
-      } else if constexpr (kScaleMsPerTile == 1 && kScaleNsPerTile > 1) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(accum); ++i) accum(i) += part(i) * tCrSFB(i);
-      } else {
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(accum); ++i) accum(i) += part(i) * tCrSFA(i) * tCrSFB(i);
+      warpgroup_arrive();
+      CUTLASS_PRAGMA_UNROLL
+      for (int k_block = 0; k_block < kFirstHalf; ++k_block) {
+        cute::gemm(tiled_mma, tCrA(_, _, k_block, read_stage), tCrB(_, _, k_block, read_stage), part);
+        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
       }
-      warpgroup_fence_operand(accum);
+      warpgroup_commit_batch();
     };
-    // The scales are read while the tensor core still works; only the FFMAs wait (overlap_k_loop.cuh).
-    overlap::run_overlapped_mma<TiledMma, SmemLayoutA, SmemLayoutB>(pipeline, smem_pipe_read, accum, k_tile_count,
-                                                                    thread_idx, shared_tensors, load_scales, promote);
+    auto issue_second_half = [&](auto& part) {
+      warpgroup_arrive();
+      CUTLASS_PRAGMA_UNROLL
+      for (int k_block = kFirstHalf; k_block < kBlocksPerTile; ++k_block) {
+        cute::gemm(tiled_mma, tCrA(_, _, k_block, read_stage), tCrB(_, _, k_block, read_stage), part);
+      }
+      warpgroup_commit_batch();
+      ++smem_pipe_read;
+    };
+    // The folded tile's stage (operands and scales) is no longer read: back to the producer.
+    auto release = [&]() {
+      pipeline.consumer_release(smem_pipe_release);
+      ++smem_pipe_release;
+    };
+    blockwise_loop::two_tile_loop(
+        k_tile_count, part0, part1,
+        [&](auto& part) {
+          issue_first_half(part);
+          issue_second_half(part);
+        },
+        // Start the next tile and fold the previous one, whose stage is still unreleased: its scales are read
+        // there while the tensor core works on the first half.
+        [&](auto& next, auto& prev) {
+          issue_first_half(next);
+          scales.load(smem_pipe_release.index());
+          warpgroup_wait<1>();  // every group but the half just issued: prev is complete
+          scales.fold(prev, accum);
+          issue_second_half(next);
+          release();
+        },
+        [&](auto& last) {
+          scales.load(smem_pipe_release.index());
+          warpgroup_wait<0>();
+          scales.fold(last, accum);
+        });
+    // The last tile's stage is released by mma_tail().
   }
 };
 
