@@ -219,9 +219,9 @@ struct Interleaved {
   CUTLASS_DEVICE static void run(S& s, Part& part0, Part& part1) {
     constexpr int kPerGroup = S::kBlocksPerTile / kGroups;
     auto step = [&](auto& next, auto& prev) {
+      s.load_scales();
       s.wait_stage();
       s.issue(next, 0, kPerGroup, true);
-      s.load_scales();
       cute::warpgroup_wait<1>();  // every group but the one just issued: prev is complete
       cute::warpgroup_fence_operand(prev);
       if constexpr (kLoop) {

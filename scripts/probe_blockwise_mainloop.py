@@ -14,6 +14,7 @@ import argparse
 import ctypes
 import datetime
 import json
+import os
 import subprocess
 
 import torch
@@ -101,11 +102,13 @@ def main():
     rows = [dict(measure(probe, timer, M, N, K, args.rounds, variants), part="k_sweep") for M, N, K in K_SWEEP]
     rows += [dict(measure(probe, timer, M, N, K, args.rounds, variants), part="large") for M, N, K in LARGE]
     if args.json:
-        try:
-            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                    text=True).stdout.strip()
-        except OSError:
-            commit = None
+        commit = os.environ.get("FP8EXT_COMMIT")  # a copied tree's git may be stale: the caller's word first
+        if not commit:
+            try:
+                commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                        text=True).stdout.strip()
+            except OSError:
+                commit = None
         rec = {"what": "block-scaled mainloop variants (scripts/probe_blockwise_mainloop.cu) against the library's "
                        "kernels and torch._scaled_mm block-wise",
                "commit": commit, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
