@@ -19,10 +19,11 @@
 // price is one more accumulator fragment (main + 2 partials), so the warpgroup's share of a tile must stay at
 // 64 x 128 or below.
 //
-// The halves: issuing all four of tile t+1's wgmmas before the wait and the fold was 3% slower (geomean over ten
-// large problems, 0-6% a problem) than two, the fold, then two, timed in one binary by
-// scripts/probe_blockwise_mainloop.cu. The fold is still what this kernel loses most to: without it the same loop
-// ran 1.54x as fast there (docs/blockwise.md, "Where the time goes at large M").
+// The halves: issuing all four of tile t+1's wgmmas before the wait and the fold was slower than two, the fold,
+// then two, by 2-7% (geomean over ten large problems, in each of three runs of one binary built by
+// scripts/probe_blockwise_mainloop.cu); this kernel, built in the library, ran at 1.01x the four-first loop of that
+// binary. The fold is still what this kernel loses most to: without it the same loop ran 1.54x as fast there
+// (docs/blockwise.md, "Where the time goes at large M").
 //
 // Only mma() is replaced. The loads (TMA operands, cp.async scales), shared storage, parameters and mma_tail()
 // are CUTLASS's (Base), and the contract with the kernel is the same: mma() leaves the last K tile's stage
