@@ -19,11 +19,12 @@
 // price is one more accumulator fragment (main + 2 partials), so the warpgroup's share of a tile must stay at
 // 64 x 128 or below.
 //
-// The halves: issuing all four of tile t+1's wgmmas before the wait and the fold was slower than two, the fold,
-// then two, by 2-7% (geomean over ten large problems, in each of three runs of one binary built by
-// scripts/probe_blockwise_mainloop.cu); this kernel, built in the library, ran at 1.01x the four-first loop of that
-// binary. The fold is still what this kernel loses most to: without it the same loop ran 1.54x as fast there
-// (docs/blockwise.md, "Where the time goes at large M").
+// The halves: in the binary of scripts/probe_blockwise_mainloop.cu, issuing all four of tile t+1's wgmmas before
+// the wait and the fold was slower than two, the fold, then two, by 2-7% (geomean over ten large problems, each of
+// four runs). Built in the library, with the same SASS in the loop, this kernel has not shown that gain: it ran at
+// 0.99-1.01x the probe's four-first loop and at the same fraction of cuBLASLt as the library's four-first kernel
+// had (0.90-0.92 over those problems). The results are bit-identical either way. The fold is what this kernel loses
+// most to: without it the same loop ran 1.5x as fast (docs/blockwise.md, "The fold is the gap").
 //
 // Only mma() is replaced. The loads (TMA operands, cp.async scales), shared storage, parameters and mma_tail()
 // are CUTLASS's (Base), and the contract with the kernel is the same: mma() leaves the last K tile's stage
