@@ -253,7 +253,7 @@ struct Interleaved {
       cute::warpgroup_wait<0>();
       s.fold(last);
     };
-    blockwise_loop::two_tile_loop(s.k_tile_count, part0, part1, [&](auto& p) { s.issue_tile(p); }, step, drain);
+    overlap::two_tile_loop(s.k_tile_count, part0, part1, [&](auto& p) { s.issue_tile(p); }, step, drain);
   }
 };
 
@@ -273,7 +273,7 @@ struct EarlyRelease {
       cute::warpgroup_wait<0>();
       s.fold(last);
     };
-    blockwise_loop::two_tile_loop(s.k_tile_count, part0, part1, [&](auto& p) { s.issue_tile(p); }, step, drain);
+    overlap::two_tile_loop(s.k_tile_count, part0, part1, [&](auto& p) { s.issue_tile(p); }, step, drain);
   }
 };
 
@@ -315,7 +315,7 @@ struct Turns {
       cute::warpgroup_wait<0>();
       s.fold(last);
     };
-    blockwise_loop::two_tile_loop(s.k_tile_count, part0, part1, first, step, drain);
+    overlap::two_tile_loop(s.k_tile_count, part0, part1, first, step, drain);
   }
 };
 

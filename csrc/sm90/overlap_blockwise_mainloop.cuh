@@ -133,28 +133,6 @@ CUTLASS_DEVICE auto make_stage_scales(typename Collective::TensorStorage& shared
       tCsSFA, tCsSFB, tCrSFA, tCrSFB};
 }
 
-// The K loop's skeleton over k_tile_count >= 1 tiles and two partial fragments: first(part) starts tile 0,
-// step(next, prev) starts the next tile in one fragment and folds the previous one from the other, drain(last)
-// folds the last. Two tiles a trip, so that which fragment is which stays a compile-time fact (registers cannot be
-// indexed at run time).
-template <class Part, class First, class Step, class Drain>
-CUTLASS_DEVICE void two_tile_loop(int k_tile_count, Part& part0, Part& part1, First&& first, Step&& step,
-                                  Drain&& drain) {
-  first(part0);
-  int remaining = k_tile_count - 1;
-  CUTLASS_PRAGMA_NO_UNROLL
-  for (; remaining >= 2; remaining -= 2) {
-    step(part1, part0);
-    step(part0, part1);
-  }
-  if (remaining == 1) {
-    step(part1, part0);
-    drain(part1);
-  } else {
-    drain(part0);
-  }
-}
-
 }  // namespace blockwise_loop
 
 template <class Base>
@@ -223,7 +201,7 @@ struct OverlapBlockwiseMainloop : Base {
       pipeline.consumer_release(smem_pipe_release);
       ++smem_pipe_release;
     };
-    blockwise_loop::two_tile_loop(
+    overlap::two_tile_loop(
         k_tile_count, part0, part1,
         [&](auto& part) {
           issue_first_half(part);

@@ -1,5 +1,6 @@
 // The K loop shared by the overlapped mainloops: overlap_promotion_mainloop.cuh (row-wise, precise accumulation)
-// and overlap_blockwise_mainloop.cuh (block-scaled), which call run_overlapped_mma() with their own fold. Each K
+// and overlap_blockwise_mainloop.cuh (block-scaled). Both run on two_tile_loop(); the row-wise one calls
+// run_overlapped_mma() with its fold, the block-scaled one its own step (it splits each tile's wgmmas). Each K
 // tile's wgmmas go into one of two partial-sum fragments; while the tensor core works on tile t+1 in one, the
 // warpgroup folds tile t's finished partial from the other into the fp32 sum (what "fold" means is the caller's:
 // an add, or a multiply-add by the tile's scales).
@@ -62,43 +63,49 @@ CUTLASS_DEVICE void issue_k_tile(Pipeline& pipeline, PipelineState& smem_pipe_re
   ++smem_pipe_read;
 }
 
-// k_tile_count >= 1 tiles through part0 and part1. issue(part) starts a tile into a fragment; before_wait() runs
-// while the tensor core still works on the newest tile (work that needs no finished partial); fold(part) adds a
-// finished partial into the sum; release() hands the folded tile's stage back to the producer. Two tiles per trip,
-// so that which fragment is which stays a compile-time fact (registers cannot be indexed at run time).
+// The K loop's skeleton over k_tile_count >= 1 tiles and two partial fragments: first(part) starts tile 0,
+// step(next, prev) starts the next tile in one fragment and folds the previous one from the other, drain(last)
+// folds the last. Two tiles a trip, so that which fragment is which stays a compile-time fact (registers cannot be
+// indexed at run time). Both overlapped mainloops run on it; each says what a step is.
+template <class Part, class First, class Step, class Drain>
+CUTLASS_DEVICE void two_tile_loop(int k_tile_count, Part& part0, Part& part1, First&& first, Step&& step,
+                                  Drain&& drain) {
+  first(part0);
+  int remaining = k_tile_count - 1;
+  CUTLASS_PRAGMA_NO_UNROLL
+  for (; remaining >= 2; remaining -= 2) {
+    step(part1, part0);
+    step(part0, part1);
+  }
+  if (remaining == 1) {
+    step(part1, part0);
+    drain(part1);
+  } else {
+    drain(part0);
+  }
+}
+
+// The row-wise step: issue(part) starts a tile into a fragment; before_wait() runs while the tensor core still
+// works on the newest tile (work that needs no finished partial); fold(part) adds a finished partial into the sum;
+// release() hands the folded tile's stage back to the producer.
 template <class Part, class Issue, class BeforeWait, class Fold, class Release>
 CUTLASS_DEVICE void run_two_fragment_loop(int k_tile_count, Part& part0, Part& part1, Issue&& issue,
                                           BeforeWait&& before_wait, Fold&& fold, Release&& release) {
   using namespace cute;
-  issue(part0);
-  int remaining = k_tile_count - 1;
-  CUTLASS_PRAGMA_NO_UNROLL
-  for (; remaining >= 2; remaining -= 2) {
-    issue(part1);
-    before_wait();
-    warpgroup_wait<1>();  // part0's batch is complete; part1's may still run
-    fold(part0);
-    release();
-    issue(part0);
-    before_wait();
-    warpgroup_wait<1>();
-    fold(part1);
-    release();
-  }
-  if (remaining == 1) {
-    issue(part1);
-    before_wait();
-    warpgroup_wait<1>();
-    fold(part0);
-    release();
-    before_wait();
-    warpgroup_wait<0>();
-    fold(part1);
-  } else {
-    before_wait();
-    warpgroup_wait<0>();
-    fold(part0);
-  }
+  two_tile_loop(
+      k_tile_count, part0, part1, issue,
+      [&](auto& next, auto& prev) {
+        issue(next);
+        before_wait();
+        warpgroup_wait<1>();  // prev's batch is complete; next's may still run
+        fold(prev);
+        release();
+      },
+      [&](auto& last) {
+        before_wait();
+        warpgroup_wait<0>();
+        fold(last);
+      });
   // The last tile's stage is released by mma_tail().
 }
 
