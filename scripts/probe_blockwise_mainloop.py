@@ -9,6 +9,9 @@ Two parts:
   - a few large problems.
 
   python scripts/probe_blockwise_mainloop.py --so probe_blockwise_mainloop.so --json out.json
+
+--so may be given more than once as PATH@TAG (two builds of the probe, or one with its SASS patched): each loads in
+the same process and its variants are timed as NAME@TAG, so builds are compared in the same turns.
 """
 import argparse
 import ctypes
@@ -31,7 +34,9 @@ UNCHECKED = {"nofold_c2x1"}
 
 
 class Probe:
-    def __init__(self, path: str):
+    def __init__(self, spec: str):
+        path, _, tag = spec.partition("@")
+        self.tag = f"@{tag}" if tag else ""
         self.lib = ctypes.CDLL(path)
         self.lib.probe_name.restype = ctypes.c_char_p
         i64, vp = ctypes.c_int64, ctypes.c_void_p
@@ -54,7 +59,7 @@ class Probe:
         return out
 
 
-def measure(probe, timer, M, N, K, rounds, variants):
+def measure(probes, timer, M, N, K, rounds, variants):
     a, b, sa, sb = random_blockwise_operands(M, N, K, device="cuda")
     ref = torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
     fns = {"torch": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)}
@@ -67,14 +72,17 @@ def measure(probe, timer, M, N, K, rounds, variants):
         lib_out[name] = lib()
         row["checks"][name] = bool(torch.equal(lib_out[name], ref))
         fns[name] = lib
-    outs = {n: torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for n in variants}
-    for i, name in enumerate(probe.names):
-        if name not in variants:
-            continue
-        probe.call(i, a, b, sa, sb, outs[name])
-        if name not in UNCHECKED:
-            row["checks"][name] = bool(torch.equal(outs[name], ref))
-        fns[name] = lambda i=i, name=name: probe.call(i, a, b, sa, sb, outs[name])
+    outs = {}
+    for probe in probes:
+        for i, base in enumerate(probe.names):
+            if base not in variants:
+                continue
+            name = base + probe.tag
+            outs[name] = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
+            probe.call(i, a, b, sa, sb, outs[name])
+            if base not in UNCHECKED:
+                row["checks"][name] = bool(torch.equal(outs[name], ref))
+            fns[name] = lambda probe=probe, i=i, name=name: probe.call(i, a, b, sa, sb, outs[name])
     torch.cuda.synchronize()
     times = timer.interleaved(fns, rounds=rounds)
     row["us"] = {n: round(t, 2) for n, t in times.items()}
@@ -85,22 +93,23 @@ def measure(probe, timer, M, N, K, rounds, variants):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--so", required=True)
+    ap.add_argument("--so", required=True, action="append", help="PATH or PATH@TAG; repeat to compare builds")
     ap.add_argument("--json")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rep-ms", type=float, default=60)
     ap.add_argument("--variants", help="comma-separated names of the probe's variants to time (default: all)")
     args = ap.parse_args()
     fp8ext.set_backends("fp8ext")
-    probe = Probe(args.so)
+    probes = [Probe(spec) for spec in args.so]
+    probe = probes[0]
     timer = Timer(rep_ms=args.rep_ms, warmup_ms=20)
     torch.manual_seed(20261202)
     variants = args.variants.split(",") if args.variants else probe.names
     unknown = set(variants) - set(probe.names)
     if unknown:
         raise SystemExit(f"no such variants: {sorted(unknown)}; the .so has {probe.names}")
-    rows = [dict(measure(probe, timer, M, N, K, args.rounds, variants), part="k_sweep") for M, N, K in K_SWEEP]
-    rows += [dict(measure(probe, timer, M, N, K, args.rounds, variants), part="large") for M, N, K in LARGE]
+    rows = [dict(measure(probes, timer, M, N, K, args.rounds, variants), part="k_sweep") for M, N, K in K_SWEEP]
+    rows += [dict(measure(probes, timer, M, N, K, args.rounds, variants), part="large") for M, N, K in LARGE]
     if args.json:
         commit = os.environ.get("FP8EXT_COMMIT")  # a copied tree's git may be stale: the caller's word first
         if not commit:
@@ -112,7 +121,7 @@ def main():
         rec = {"what": "block-scaled mainloop variants (scripts/probe_blockwise_mainloop.cu) against the library's "
                        "kernels and torch._scaled_mm block-wise",
                "commit": commit, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-               "date": datetime.date.today().isoformat(), "method": TIMER_METHOD, "variants": variants,
+               "date": datetime.date.today().isoformat(), "method": TIMER_METHOD, "variants": variants, "builds": args.so,
                "library_kernels": LIB_KERNELS, "rows": rows}
         with open(args.json, "w") as f:
             json.dump(rec, f, indent=1)
