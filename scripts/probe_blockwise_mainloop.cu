@@ -7,7 +7,7 @@
 // Each variant is one translation unit: compile this file once per PROBE_VARIANT (0..kVariants-1) with
 // -DPROBE_VARIANT=i -DPROBE_PART, and once without PROBE_PART for the table of entry points:
 //
-//   for i in $(seq 0 10); do nvcc <the library's NVCC_FLAGS> -Icsrc -I<cutlass>/include -Xcompiler -fPIC \
+//   for i in $(seq 0 11); do nvcc <the library's NVCC_FLAGS> -Icsrc -I<cutlass>/include -Xcompiler -fPIC \
 //       -DPROBE_PART -DPROBE_VARIANT=$i -c scripts/probe_blockwise_mainloop.cu -o v$i.o & done; wait
 //   nvcc <flags> -Icsrc ... -Xcompiler -fPIC -c scripts/probe_blockwise_mainloop.cu -o table.o
 //   nvcc -shared v*.o table.o -o probe_blockwise_mainloop.so
@@ -35,6 +35,9 @@
 //                  the tensor core runs one warpgroup's tile while the other folds its own
 //  10 loop4_c2x1   il4 with the groups in a loop that is not unrolled, so that ptxas keeps each quarter of the
 //                  fold between two wgmmas: it does, but then serializes every wgmma (C7511, C7517)
+//  11 lib_c2x1     the library's mainloop in the library's 2x1 cluster: the very kernel type of
+//                  bw_coop_128x128x128_c2x1_ov_bf16, built here and called through ctypes, so that a difference
+//                  between the two is the build's or the calling path's, not the code's
 #include <cstdint>
 #include <cstdio>
 
@@ -77,7 +80,8 @@ using RunFn = int (*)(const Call&, char* err, int err_len);
   X(7, il4_c1x2, 1, 2, Interleaved4)        \
   X(8, ord_c2x1, 2, 1, Ordered)             \
   X(9, stag_c2x1, 2, 1, Staggered)          \
-  X(10, loop4_c2x1, 2, 1, Loop4)
+  X(10, loop4_c2x1, 2, 1, Loop4)            \
+  X(11, lib_c2x1, 2, 1, Library)
 #define PROBE_CAT_(a, b) a##b
 #define PROBE_CAT(a, b) PROBE_CAT_(a, b)
 
@@ -111,72 +115,9 @@ struct NoFold : Base {
   }
 };
 
-// The steps the schedules below are made of, on one consumer thread's state: the pipeline's read and release
-// positions, the operand fragments, the stage scales and the fp32 sum.
-template <class Pipeline, class PipelineState, class TiledMma, class FragA, class FragB, class Scales, class Accum>
-struct Steps {
-  Pipeline& pipeline;
-  PipelineState& smem_pipe_read;
-  PipelineState smem_pipe_release;
-  TiledMma& tiled_mma;
-  FragA& tCrA;
-  FragB& tCrB;
-  Scales& scales;
-  Accum& accum;
-  int k_tile_count;
-  int thread_idx;
-  int read_stage = 0;
-  static constexpr int kBlocksPerTile = decltype(cute::size<2>(FragA{}))::value;
-
-  // Wait for the next tile's stage; the first of its wgmmas then overwrites the partial.
-  CUTLASS_DEVICE void wait_stage() {
-    auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
-    pipeline.consumer_wait(smem_pipe_read, barrier_token);
-    read_stage = smem_pipe_read.index();
-    tiled_mma.accumulate_ = cute::GMMA::ScaleOut::Zero;
-  }
-  // k-blocks [begin, end) of the current tile into `part`, as one commit group; `fence`: a wgmma.fence first.
-  template <class Part>
-  CUTLASS_DEVICE void issue(Part& part, int begin, int end, bool fence) {
-    using namespace cute;
-    if (fence) {
-      if (begin == 0) warpgroup_fence_operand(part);
-      warpgroup_arrive();
-    }
-    CUTLASS_PRAGMA_UNROLL
-    for (int k_block = begin; k_block < end; ++k_block) {
-      cute::gemm(tiled_mma, tCrA(_, _, k_block, read_stage), tCrB(_, _, k_block, read_stage), part);
-      tiled_mma.accumulate_ = GMMA::ScaleOut::One;
-    }
-    warpgroup_commit_batch();
-  }
-  CUTLASS_DEVICE void next_stage() { ++smem_pipe_read; }
-  // A whole tile, one commit group.
-  template <class Part>
-  CUTLASS_DEVICE void issue_tile(Part& part) {
-    wait_stage();
-    issue(part, 0, kBlocksPerTile, true);
-    next_stage();
-  }
-  CUTLASS_DEVICE void load_scales() { scales.load(smem_pipe_release.index()); }
-  template <class Part>
-  CUTLASS_DEVICE void fold(Part& part) { scales.fold(part, accum); }
-  // Elements [c * n / chunks, (c + 1) * n / chunks) of the fold, each pinned by its own fences.
-  template <int kChunks, class Part>
-  CUTLASS_DEVICE void fold_chunk(Part& part, int c) {
-    constexpr int kChunk = decltype(cute::size(Accum{}))::value / kChunks;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = c * kChunk; i < (c + 1) * kChunk; ++i) cute::warpgroup_fence_operand(part(i));
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = c * kChunk; i < (c + 1) * kChunk; ++i) accum(i) += part(i) * scales.tCrSFA(i);
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = c * kChunk; i < (c + 1) * kChunk; ++i) cute::warpgroup_fence_operand(accum(i));
-  }
-  CUTLASS_DEVICE void release() {
-    pipeline.consumer_release(smem_pipe_release);
-    ++smem_pipe_release;
-  }
-};
+// The steps the schedules below are made of: the library's (overlap_blockwise_mainloop.cuh), which its own loop
+// is written with.
+using blockwise_loop::Steps;
 
 // A mainloop made of the Steps and a Schedule: Schedule::run(steps, part0, part1) issues every K tile, folds
 // every one but the last into the sum and releases their stages (the last is mma_tail()'s).
