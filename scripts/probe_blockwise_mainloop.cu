@@ -91,37 +91,16 @@ using RunFn = int (*)(const Call&, char* err, int err_len);
 namespace probe {
 using namespace fp8ext::sm90;
 
-// The loop of four_c2x1 (overlap::run_overlapped_mma) with the fold left out: the tiles' wgmmas are issued,
-// waited for and released exactly as there, the partials are never scaled nor added.
-template <class Base>
-struct NoFold : Base {
-  using typename Base::MainloopPipeline;
-  using typename Base::Params;
-  using typename Base::PipelineState;
-  using typename Base::SmemLayoutA;
-  using typename Base::SmemLayoutB;
-  using typename Base::TensorStorage;
-  using typename Base::TiledMma;
-
-  template <class FrgTensorC>
-  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
-                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
-    auto fold = [&](auto& part) {
-      cute::warpgroup_fence_operand(part);
-      cute::warpgroup_fence_operand(accum);
-    };
-    overlap::run_overlapped_mma<TiledMma, SmemLayoutA, SmemLayoutB>(pipeline, smem_pipe_read, accum, k_tile_count,
-                                                                    thread_idx, shared_tensors, [](int) {}, fold);
-  }
+// The Promotion of nofold_c2x1: nothing read, nothing added (a wrong result, timed only).
+struct NoPromotion {
+  CUTLASS_DEVICE void load(int) {}
+  template <class Part, class Accum>
+  CUTLASS_DEVICE void fold_element(Part&, Accum&, int) {}
 };
-
-// The steps the schedules below are made of: the library's (overlap_blockwise_mainloop.cuh), which its own loop
-// is written with.
-using blockwise_loop::Steps;
 
 // A mainloop made of the Steps and a Schedule: Schedule::run(steps, part0, part1) issues every K tile, folds
 // every one but the last into the sum and releases their stages (the last is mma_tail()'s).
-template <class Base, class Schedule>
+template <class Base, class Schedule, bool kFold = true>
 struct ScheduledMainloop : Base {
   using typename Base::MainloopPipeline;
   using typename Base::Params;
@@ -135,20 +114,16 @@ struct ScheduledMainloop : Base {
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
                           int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
-    using namespace cute;
-    auto scales = blockwise_loop::make_stage_scales<Base>(shared_tensors, thread_idx);
-    TiledMma tiled_mma;
-    auto fragments = overlap::operand_fragments<TiledMma, SmemLayoutA, SmemLayoutB>(tiled_mma, thread_idx,
-                                                                                    shared_tensors);
-    auto part0 = make_fragment_like(accum);
-    auto part1 = make_fragment_like(accum);
-    overlap::clear_fragments(accum, part0, part1);
-    if (k_tile_count <= 0) return;
-    Steps<MainloopPipeline, PipelineState, TiledMma, remove_cvref_t<decltype(get<0>(fragments))>,
-          remove_cvref_t<decltype(get<1>(fragments))>, decltype(scales), FrgTensorC>
-        steps{pipeline, smem_pipe_read, smem_pipe_read, tiled_mma, get<0>(fragments), get<1>(fragments), scales,
-              accum, k_tile_count, thread_idx};
-    Schedule::run(steps, part0, part1);
+    auto run = [](auto& steps, auto& part0, auto& part1) { Schedule::run(steps, part0, part1); };
+    if constexpr (kFold) {
+      auto scales = blockwise_loop::make_stage_scales<Base>(shared_tensors, thread_idx);
+      overlap::with_steps<TiledMma, SmemLayoutA, SmemLayoutB>(pipeline, smem_pipe_read, accum, k_tile_count,
+                                                              thread_idx, shared_tensors, scales, run);
+    } else {
+      NoPromotion none;
+      overlap::with_steps<TiledMma, SmemLayoutA, SmemLayoutB>(pipeline, smem_pipe_read, accum, k_tile_count,
+                                                              thread_idx, shared_tensors, none, run);
+    }
   }
 };
 
@@ -160,7 +135,7 @@ struct Interleaved {
   CUTLASS_DEVICE static void run(S& s, Part& part0, Part& part1) {
     constexpr int kPerGroup = S::kBlocksPerTile / kGroups;
     auto step = [&](auto& next, auto& prev) {
-      s.load_scales();
+      s.load_fold_inputs();
       s.wait_stage();
       s.issue(next, 0, kPerGroup, true);
       cute::warpgroup_wait<1>();  // every group but the one just issued: prev is complete
@@ -190,7 +165,7 @@ struct Interleaved {
       s.release();
     };
     auto drain = [&](auto& last) {
-      s.load_scales();
+      s.load_fold_inputs();
       cute::warpgroup_wait<0>();
       s.fold(last);
     };
@@ -204,13 +179,13 @@ struct EarlyRelease {
   CUTLASS_DEVICE static void run(S& s, Part& part0, Part& part1) {
     auto step = [&](auto& next, auto& prev) {
       s.issue_tile(next);
-      s.load_scales();
+      s.load_fold_inputs();
       cute::warpgroup_wait<1>();
       s.release();
       s.fold(prev);
     };
     auto drain = [&](auto& last) {
-      s.load_scales();
+      s.load_fold_inputs();
       cute::warpgroup_wait<0>();
       s.fold(last);
     };
@@ -245,14 +220,14 @@ struct Turns {
     auto step = [&](auto& next, auto& prev) {
       take_turn_and_issue(next);
       if (!kGated) pass_turn();
-      s.load_scales();
+      s.load_fold_inputs();
       cute::warpgroup_wait<1>();
       if (kGated) pass_turn();
       s.fold(prev);
       s.release();
     };
     auto drain = [&](auto& last) {
-      s.load_scales();
+      s.load_fold_inputs();
       cute::warpgroup_wait<0>();
       s.fold(last);
     };
@@ -261,6 +236,7 @@ struct Turns {
 };
 
 template <class Base> using Four = ScheduledMainloop<Base, Interleaved<1>>;
+template <class Base> using NoFold = ScheduledMainloop<Base, Interleaved<1>, false>;
 template <class Base> using Interleaved4 = ScheduledMainloop<Base, Interleaved<4>>;
 template <class Base> using Interleaved2 = ScheduledMainloop<Base, Interleaved<2>>;
 template <class Base> using Loop4 = ScheduledMainloop<Base, Interleaved<4, true>>;

@@ -26,9 +26,10 @@
 // probe's loop (bench/results/h200-2026-12-02-probe-blockwise-libcopy-2e2474e.json). Its sources differed in three
 // ways: the pipeline positions were locals captured by the loop's lambdas, which ptxas kept in vector registers
 // (the stage index's wrap-around and the release barrier's address computed per thread) where the probe's, held
-// in one object (blockwise_loop::Steps), are in uniform registers; its first tile went out as two commit groups,
-// not one; and its fold was fenced as a whole, not element by element. Which of these costs the time is not
-// isolated. The loop is now the probe's, written with Steps, and compiles to the probe's il2_c2x1 byte for byte.
+// in one object (overlap::Steps, overlap_k_loop.cuh), are in uniform registers; its first tile went out as two
+// commit groups, not one; and its fold was fenced as a whole, not element by element. Which of these costs the
+// time is not isolated. The loop is now the probe's, written with Steps, and compiles to the probe's il2_c2x1 byte
+// for byte.
 // The results are bit-identical either way. The fold is what this kernel loses most to: without it the same loop
 // ran 1.5x as fast (docs/blockwise.md, "The fold is the gap").
 //
@@ -47,9 +48,9 @@
 namespace fp8ext::sm90 {
 namespace blockwise_loop {
 
-// One consumer thread's share of every stage's scales, and the fold acc += P_t * s_t of the file comment.
-// Collective is CUTLASS's blockwise collective (its shared-memory layouts, tile and MMA); make_stage_scales() below
-// builds one.
+// One consumer thread's share of every stage's scales, and the fold acc += P_t * s_t of the file comment: the
+// Promotion of overlap::Steps. Collective is CUTLASS's blockwise collective (its shared-memory layouts, tile and
+// MMA); make_stage_scales() below builds one.
 template <class Collective, class SmemSFA, class SmemSFB, class RegSFA, class RegSFB>
 struct StageScales {
   using ElementBlockScale = typename Collective::ElementBlockScale;
@@ -98,30 +99,6 @@ struct StageScales {
       accum(i) += part(i) * tCrSFA(i) * tCrSFB(i);
     }
   }
-
-  // acc += P_t * s_t for a finished partial (the caller has waited for its wgmmas). The fences pin the FFMAs
-  // between that wait and the next issue (overlap_promotion_mainloop.cuh explains the C7514 serialization that
-  // follows otherwise).
-  template <class Part, class Accum>
-  CUTLASS_DEVICE void fold(Part& part, Accum& accum) {
-    using namespace cute;
-    warpgroup_fence_operand(part);
-    if constexpr (kScaleMsPerTile == 1 && kScaleNsPerTile == 1) {
-      const ElementBlockScale scale_ab = tCrSFA(_0{});
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(accum); ++i) accum(i) += part(i) * scale_ab;
-    } else if constexpr (kScaleMsPerTile > 1 && kScaleNsPerTile == 1) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(accum); ++i) accum(i) += part(i) * tCrSFA(i);
-    } else if constexpr (kScaleMsPerTile == 1 && kScaleNsPerTile > 1) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(accum); ++i) accum(i) += part(i) * tCrSFB(i);
-    } else {
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(accum); ++i) accum(i) += part(i) * tCrSFA(i) * tCrSFB(i);
-    }
-    warpgroup_fence_operand(accum);
-  }
 };
 
 // The scales as (BLK_M, BLK_N, (BLK_K, PIPE)) views, broadcast (stride 0) along the other operand's mode, so that
@@ -154,76 +131,6 @@ CUTLASS_DEVICE auto make_stage_scales(typename Collective::TensorStorage& shared
       tCsSFA, tCsSFB, tCrSFA, tCrSFB};
 }
 
-// The steps a K loop is made of, on one consumer thread's state: the pipeline's read and release positions, the
-// operand fragments, the stage scales and the fp32 sum. Held in one object, the positions stay in uniform registers
-// (see the top of the file for what the loop lost when they were captured locals).
-template <class Pipeline, class PipelineState, class TiledMma, class FragA, class FragB, class Scales, class Accum>
-struct Steps {
-  Pipeline& pipeline;
-  PipelineState& smem_pipe_read;
-  PipelineState smem_pipe_release;
-  TiledMma& tiled_mma;
-  FragA& tCrA;
-  FragB& tCrB;
-  Scales& scales;
-  Accum& accum;
-  int k_tile_count;
-  int thread_idx;
-  int read_stage = 0;
-  static constexpr int kBlocksPerTile = decltype(cute::size<2>(FragA{}))::value;
-
-  // Wait for the next tile's stage; the first of its wgmmas then overwrites the partial.
-  CUTLASS_DEVICE void wait_stage() {
-    auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
-    pipeline.consumer_wait(smem_pipe_read, barrier_token);
-    read_stage = smem_pipe_read.index();
-    tiled_mma.accumulate_ = cute::GMMA::ScaleOut::Zero;
-  }
-  // k-blocks [begin, end) of the current tile into `part`, as one commit group; `fence`: a wgmma.fence first.
-  template <class Part>
-  CUTLASS_DEVICE void issue(Part& part, int begin, int end, bool fence) {
-    using namespace cute;
-    if (fence) {
-      if (begin == 0) warpgroup_fence_operand(part);
-      warpgroup_arrive();
-    }
-    CUTLASS_PRAGMA_UNROLL
-    for (int k_block = begin; k_block < end; ++k_block) {
-      cute::gemm(tiled_mma, tCrA(_, _, k_block, read_stage), tCrB(_, _, k_block, read_stage), part);
-      tiled_mma.accumulate_ = GMMA::ScaleOut::One;
-    }
-    warpgroup_commit_batch();
-  }
-  CUTLASS_DEVICE void next_stage() { ++smem_pipe_read; }
-  // A whole tile, one commit group.
-  template <class Part>
-  CUTLASS_DEVICE void issue_tile(Part& part) {
-    wait_stage();
-    issue(part, 0, kBlocksPerTile, true);
-    next_stage();
-  }
-  // The scale products of the tile folded next (its stage is still unreleased).
-  CUTLASS_DEVICE void load_scales() { scales.load(smem_pipe_release.index()); }
-  template <class Part>
-  CUTLASS_DEVICE void fold(Part& part) { scales.fold(part, accum); }
-  // Elements [c * n / chunks, (c + 1) * n / chunks) of the fold, each pinned by its own fences.
-  template <int kChunks, class Part>
-  CUTLASS_DEVICE void fold_chunk(Part& part, int c) {
-    constexpr int kChunk = decltype(cute::size(Accum{}))::value / kChunks;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = c * kChunk; i < (c + 1) * kChunk; ++i) cute::warpgroup_fence_operand(part(i));
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = c * kChunk; i < (c + 1) * kChunk; ++i) scales.fold_element(part, accum, i);
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = c * kChunk; i < (c + 1) * kChunk; ++i) cute::warpgroup_fence_operand(accum(i));
-  }
-  // The folded tile's stage (operands and scales) is no longer read: back to the producer.
-  CUTLASS_DEVICE void release() {
-    pipeline.consumer_release(smem_pipe_release);
-    ++smem_pipe_release;
-  }
-};
-
 }  // namespace blockwise_loop
 
 template <class Base>
@@ -248,40 +155,33 @@ struct OverlapBlockwiseMainloop : Base {
     static_assert(size(FrgTensorC{}) <= 64, "a warpgroup's share of a tile must stay at 64 x 128 or below");
 
     auto scales = blockwise_loop::make_stage_scales<Base>(shared_tensors, thread_idx);
-    TiledMma tiled_mma;
-    auto fragments = overlap::operand_fragments<TiledMma, SmemLayoutA, SmemLayoutB>(tiled_mma, thread_idx,
-                                                                                    shared_tensors);
-    auto part0 = make_fragment_like(accum);
-    auto part1 = make_fragment_like(accum);
-    overlap::clear_fragments(accum, part0, part1);
-    if (k_tile_count <= 0) return;
-    blockwise_loop::Steps<MainloopPipeline, PipelineState, TiledMma, remove_cvref_t<decltype(get<0>(fragments))>,
-                          remove_cvref_t<decltype(get<1>(fragments))>, decltype(scales), FrgTensorC>
-        s{pipeline, smem_pipe_read, smem_pipe_read, tiled_mma, get<0>(fragments), get<1>(fragments), scales, accum,
-          k_tile_count, thread_idx};
-    constexpr int kFirstHalf = decltype(s)::kBlocksPerTile / 2;
-    overlap::two_tile_loop(
-        k_tile_count, part0, part1, [&](auto& part) { s.issue_tile(part); },
-        // Start the next tile and fold the previous one, whose stage is still unreleased. Its scales are read
-        // first: loaded after the first wgmma, their latency held back the second one (ptxas places the scale
-        // product's FMULs ahead of it), and the loop ran 6% slower than this order. ptxas moves the whole fold
-        // ahead of the second half.
-        [&](auto& next, auto& prev) {
-          s.load_scales();
-          s.wait_stage();
-          s.issue(next, 0, kFirstHalf, true);
-          warpgroup_wait<1>();  // every group but the half just issued: prev is complete
-          warpgroup_fence_operand(prev);
-          s.template fold_chunk<2>(prev, 0);
-          s.issue(next, kFirstHalf, decltype(s)::kBlocksPerTile, true);
-          s.template fold_chunk<2>(prev, 1);
-          s.next_stage();
-          s.release();
-        },
-        [&](auto& last) {
-          s.load_scales();
-          warpgroup_wait<0>();
-          s.fold(last);
+    overlap::with_steps<TiledMma, SmemLayoutA, SmemLayoutB>(
+        pipeline, smem_pipe_read, accum, k_tile_count, thread_idx, shared_tensors, scales,
+        [](auto& s, auto& part0, auto& part1) {
+          constexpr int kBlocksPerTile = remove_cvref_t<decltype(s)>::kBlocksPerTile;
+          overlap::two_tile_loop(
+              s.k_tile_count, part0, part1, [&](auto& part) { s.issue_tile(part); },
+              // Start the next tile and fold the previous one, whose stage is still unreleased. Its scales are
+              // read first: loaded after the first wgmma, their latency held back the second one (ptxas places the
+              // scale product's FMULs ahead of it), and the loop ran 6% slower than this order. ptxas moves the
+              // whole fold ahead of the second half.
+              [&](auto& next, auto& prev) {
+                s.load_fold_inputs();
+                s.wait_stage();
+                s.issue(next, 0, kBlocksPerTile / 2, true);
+                warpgroup_wait<1>();  // every group but the half just issued: prev is complete
+                warpgroup_fence_operand(prev);
+                s.template fold_chunk<2>(prev, 0);
+                s.issue(next, kBlocksPerTile / 2, kBlocksPerTile, true);
+                s.template fold_chunk<2>(prev, 1);
+                s.next_stage();
+                s.release();
+              },
+              [&](auto& last) {
+                s.load_fold_inputs();
+                warpgroup_wait<0>();
+                s.fold(last);
+              });
         });
     // The last tile's stage is released by mma_tail().
   }

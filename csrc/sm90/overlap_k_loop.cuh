@@ -1,9 +1,9 @@
 // The K loop shared by the overlapped mainloops: overlap_promotion_mainloop.cuh (row-wise, precise accumulation)
-// and overlap_blockwise_mainloop.cuh (block-scaled). Both run on two_tile_loop(); the row-wise one calls
-// run_overlapped_mma() with its fold, the block-scaled one its own step (it splits each tile's wgmmas). Each K
-// tile's wgmmas go into one of two partial-sum fragments; while the tensor core works on tile t+1 in one, the
-// warpgroup folds tile t's finished partial from the other into the fp32 sum (what "fold" means is the caller's:
-// an add, or a multiply-add by the tile's scales).
+// and overlap_blockwise_mainloop.cuh (block-scaled). Each K tile's wgmmas go into one of two partial-sum
+// fragments; while the tensor core works on tile t+1 in one, the warpgroup folds tile t's finished partial from
+// the other into the fp32 sum. What "fold" means is the caller's Promotion: an add (row-wise), or a multiply-add
+// by the tile's scales (block-wise). Both loops are written with the same Steps on two_tile_loop(); the
+// block-scaled one splits each tile's wgmmas in two around the fold.
 //
 // The contract with CUTLASS's kernel is that of its FP8 collectives: the loop leaves the last K tile's
 // shared-memory stage unreleased, and the collective's mma_tail() releases it.
@@ -41,28 +41,6 @@ CUTLASS_DEVICE void clear_fragments(Accum& accum, Part& part0, Part& part1) {
   cute::warpgroup_fence_operand(part1);
 }
 
-// Wait for the next K tile's stage and issue its wgmmas into `part`; the first one overwrites `part`
-// (ScaleOut::Zero), so a partial needs no clearing.
-template <class Pipeline, class PipelineState, class TiledMma, class FragA, class FragB, class Part>
-CUTLASS_DEVICE void issue_k_tile(Pipeline& pipeline, PipelineState& smem_pipe_read, TiledMma& tiled_mma,
-                                 FragA& tCrA, FragB& tCrB, Part& part) {
-  using namespace cute;
-  constexpr int kBlocksPerTile = decltype(size<2>(tCrA))::value;
-  auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
-  pipeline.consumer_wait(smem_pipe_read, barrier_token);
-  const int read_stage = smem_pipe_read.index();
-  tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
-  warpgroup_fence_operand(part);
-  warpgroup_arrive();
-  CUTLASS_PRAGMA_UNROLL
-  for (int k_block = 0; k_block < kBlocksPerTile; ++k_block) {
-    cute::gemm(tiled_mma, tCrA(_, _, k_block, read_stage), tCrB(_, _, k_block, read_stage), part);
-    tiled_mma.accumulate_ = GMMA::ScaleOut::One;
-  }
-  warpgroup_commit_batch();
-  ++smem_pipe_read;
-}
-
 // The K loop's skeleton over k_tile_count >= 1 tiles and two partial fragments: first(part) starts tile 0,
 // step(next, prev) starts the next tile in one fragment and folds the previous one from the other, drain(last)
 // folds the last. Two tiles a trip, so that which fragment is which stays a compile-time fact (registers cannot be
@@ -85,61 +63,113 @@ CUTLASS_DEVICE void two_tile_loop(int k_tile_count, Part& part0, Part& part1, Fi
   }
 }
 
-// The row-wise step: issue(part) starts a tile into a fragment; before_wait() runs while the tensor core still
-// works on the newest tile (work that needs no finished partial); fold(part) adds a finished partial into the sum;
-// release() hands the folded tile's stage back to the producer.
-template <class Part, class Issue, class BeforeWait, class Fold, class Release>
-CUTLASS_DEVICE void run_two_fragment_loop(int k_tile_count, Part& part0, Part& part1, Issue&& issue,
-                                          BeforeWait&& before_wait, Fold&& fold, Release&& release) {
-  using namespace cute;
-  two_tile_loop(
-      k_tile_count, part0, part1, issue,
-      [&](auto& next, auto& prev) {
-        issue(next);
-        before_wait();
-        warpgroup_wait<1>();  // prev's batch is complete; next's may still run
-        fold(prev);
-        release();
-      },
-      [&](auto& last) {
-        before_wait();
-        warpgroup_wait<0>();
-        fold(last);
-      });
-  // The last tile's stage is released by mma_tail().
-}
+// The steps a K loop is made of, on one consumer thread's state: the pipeline's read and release positions, the
+// operand fragments, the fp32 sum and the Promotion, which says what folding a finished partial P_t into the sum
+// means. A Promotion has
+//   load(stage)               read what the fold of the tile in `stage` needs, before that stage is released
+//                             (block-wise: the tile's scales; row-wise: nothing)
+//   fold_element(part, acc, i) element i of the fold: acc(i) += part(i), or part(i) times the tile's scales.
+// Held in one object, the pipeline positions stay in uniform registers. Captured by the loop's lambdas as locals,
+// ptxas kept them in vector registers (the stage index's wrap-around and the release barrier's address computed
+// per thread, every tile), and the block-wise loop written that way ran 4-5% slower
+// (overlap_blockwise_mainloop.cuh).
+template <class Pipeline, class PipelineState, class TiledMma, class FragA, class FragB, class Promotion,
+          class Accum>
+struct Steps {
+  Pipeline& pipeline;
+  PipelineState& smem_pipe_read;
+  PipelineState smem_pipe_release;
+  TiledMma& tiled_mma;
+  FragA& tCrA;
+  FragB& tCrB;
+  Promotion& promotion;
+  Accum& accum;
+  int k_tile_count;
+  int thread_idx;
+  int read_stage = 0;
+  static constexpr int kBlocksPerTile = decltype(cute::size<2>(FragA{}))::value;
 
-// A collective's whole overlapped mma(): the operand fragments, the fp32 sum and both partials cleared, every K
-// tile issued through the collective's pipeline, and every folded tile's stage handed back to the producer. The
-// caller says only what folding is: before_wait(stage) runs while the tensor core works on the newest tile, given
-// the shared-memory stage of the tile folded next (still unreleased: the block-scaled loop reads that tile's scales
-// there), and fold(part) adds a finished partial into the sum (the fences around it are the caller's).
+  // Wait for the next tile's stage; the first of its wgmmas then overwrites the partial (ScaleOut::Zero), so a
+  // partial needs no clearing.
+  CUTLASS_DEVICE void wait_stage() {
+    auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
+    pipeline.consumer_wait(smem_pipe_read, barrier_token);
+    read_stage = smem_pipe_read.index();
+    tiled_mma.accumulate_ = cute::GMMA::ScaleOut::Zero;
+  }
+  // k-blocks [begin, end) of the current tile into `part`, as one commit group; `fence`: a wgmma.fence first.
+  template <class Part>
+  CUTLASS_DEVICE void issue(Part& part, int begin, int end, bool fence) {
+    using namespace cute;
+    if (fence) {
+      if (begin == 0) warpgroup_fence_operand(part);
+      warpgroup_arrive();
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int k_block = begin; k_block < end; ++k_block) {
+      cute::gemm(tiled_mma, tCrA(_, _, k_block, read_stage), tCrB(_, _, k_block, read_stage), part);
+      tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+  }
+  CUTLASS_DEVICE void next_stage() { ++smem_pipe_read; }
+  // A whole tile, one commit group.
+  template <class Part>
+  CUTLASS_DEVICE void issue_tile(Part& part) {
+    wait_stage();
+    issue(part, 0, kBlocksPerTile, true);
+    next_stage();
+  }
+  // What the fold of the tile folded next needs (its stage is still unreleased).
+  CUTLASS_DEVICE void load_fold_inputs() { promotion.load(smem_pipe_release.index()); }
+  // Elements [c * n / chunks, (c + 1) * n / chunks) of the fold of a finished partial (the caller has waited for
+  // its wgmmas), each pinned by its own fences: without the second ones the compiler sinks the fold below the next
+  // wgmma into the same fragment, keeps the old partial alive in a copy, and ptxas then serializes every wgmma
+  // (C7514: a non-wgmma instruction reads an in-flight accumulator).
+  template <int kChunks, class Part>
+  CUTLASS_DEVICE void fold_chunk(Part& part, int c) {
+    constexpr int kChunk = decltype(cute::size(Accum{}))::value / kChunks;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = c * kChunk; i < (c + 1) * kChunk; ++i) cute::warpgroup_fence_operand(part(i));
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = c * kChunk; i < (c + 1) * kChunk; ++i) promotion.fold_element(part, accum, i);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = c * kChunk; i < (c + 1) * kChunk; ++i) cute::warpgroup_fence_operand(accum(i));
+  }
+  // The whole fold of a finished partial, fenced as a whole (the fences as in fold_chunk).
+  template <class Part>
+  CUTLASS_DEVICE void fold(Part& part) {
+    cute::warpgroup_fence_operand(part);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < cute::size(accum); ++i) promotion.fold_element(part, accum, i);
+    cute::warpgroup_fence_operand(accum);
+  }
+  // The folded tile's stage (operands and whatever the fold read there) is no longer read: back to the producer.
+  CUTLASS_DEVICE void release() {
+    pipeline.consumer_release(smem_pipe_release);
+    ++smem_pipe_release;
+  }
+};
+
+// A collective's mma() state in one call: this warpgroup's operand fragments, the fp32 sum and both partials
+// cleared, and the Steps over them. `fn(steps, part0, part1)` runs the K loop; it is not called when there is no
+// K tile. Every overlapped mainloop starts this way.
 template <class TiledMma, class SmemLayoutA, class SmemLayoutB, class Pipeline, class PipelineState,
-          class TensorStorage, class Accum, class BeforeWait, class Fold>
-CUTLASS_DEVICE void run_overlapped_mma(Pipeline& pipeline, PipelineState smem_pipe_read, Accum& accum,
-                                       int k_tile_count, int thread_idx, TensorStorage& shared_tensors,
-                                       BeforeWait&& before_wait, Fold&& fold) {
+          class TensorStorage, class Accum, class Promotion, class Loop>
+CUTLASS_DEVICE void with_steps(Pipeline& pipeline, PipelineState& smem_pipe_read, Accum& accum, int k_tile_count,
+                               int thread_idx, TensorStorage& shared_tensors, Promotion& promotion, Loop&& fn) {
   using namespace cute;
   TiledMma tiled_mma;
   auto fragments = operand_fragments<TiledMma, SmemLayoutA, SmemLayoutB>(tiled_mma, thread_idx, shared_tensors);
-  auto& tCrA = get<0>(fragments);  // (MMA, MMA_M, MMA_K, PIPE)
-  auto& tCrB = get<1>(fragments);  // (MMA, MMA_N, MMA_K, PIPE)
-
-  // The two partial-sum fragments and the fp32 sum, cleared.
   auto part0 = make_fragment_like(accum);
   auto part1 = make_fragment_like(accum);
   clear_fragments(accum, part0, part1);
   if (k_tile_count <= 0) return;
-
-  PipelineState smem_pipe_release = smem_pipe_read;
-  auto issue = [&](auto& part) { issue_k_tile(pipeline, smem_pipe_read, tiled_mma, tCrA, tCrB, part); };
-  // The tile folded last is no longer read by any wgmma (nor its scales): its stage goes back to the producer.
-  auto release = [&]() {
-    pipeline.consumer_release(smem_pipe_release);
-    ++smem_pipe_release;
-  };
-  run_two_fragment_loop(k_tile_count, part0, part1, issue, [&]() { before_wait(smem_pipe_release.index()); }, fold,
-                        release);
+  Steps<Pipeline, PipelineState, TiledMma, remove_cvref_t<decltype(get<0>(fragments))>,
+        remove_cvref_t<decltype(get<1>(fragments))>, Promotion, Accum>
+      steps{pipeline, smem_pipe_read, smem_pipe_read, tiled_mma, get<0>(fragments), get<1>(fragments), promotion,
+            accum, k_tile_count, thread_idx};
+  fn(steps, part0, part1);
 }
 
 }  // namespace fp8ext::sm90::overlap

@@ -28,6 +28,17 @@
 
 namespace fp8ext::sm90 {
 
+namespace overlap {
+// The row-wise Promotion of Steps (overlap_k_loop.cuh): acc += P_t, with nothing to read from the stage.
+struct AddPartial {
+  CUTLASS_DEVICE void load(int /*stage*/) {}
+  template <class Part, class Accum>
+  CUTLASS_DEVICE void fold_element(Part& part, Accum& accum, int i) {
+    accum(i) += part(i);
+  }
+};
+}  // namespace overlap
+
 template <class Base>
 struct OverlapPromotionMainloop : Base {
   using typename Base::MainloopPipeline;
@@ -43,19 +54,26 @@ struct OverlapPromotionMainloop : Base {
                           int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
     using namespace cute;
     static_assert(is_rmem<FrgTensorC>::value, "the accumulator must be in registers");
-
-    // Add a finished partial (P_t of the header) into the fp32 sum; the loop has waited for its wgmmas. The fences
-    // pin the adds between that wait and the next issue: without the second one the compiler sinks them below the
-    // next wgmma into the same fragment, keeps the old partial alive in a copy, and ptxas then serializes every
-    // wgmma (C7514: a non-wgmma instruction reads an in-flight accumulator).
-    auto promote = [&](auto& part) {
-      warpgroup_fence_operand(part);
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(accum); ++i) accum(i) += part(i);
-      warpgroup_fence_operand(accum);
-    };
-    overlap::run_overlapped_mma<TiledMma, SmemLayoutA, SmemLayoutB>(pipeline, smem_pipe_read, accum, k_tile_count,
-                                                                    thread_idx, shared_tensors, [](int) {}, promote);
+    overlap::AddPartial add;
+    overlap::with_steps<TiledMma, SmemLayoutA, SmemLayoutB>(
+        pipeline, smem_pipe_read, accum, k_tile_count, thread_idx, shared_tensors, add,
+        [](auto& s, auto& part0, auto& part1) {
+          overlap::two_tile_loop(
+              s.k_tile_count, part0, part1, [&](auto& part) { s.issue_tile(part); },
+              // Start the next tile, wait until only its batch is in flight (prev's is complete), add prev into
+              // the sum while the tensor core works on next, and hand prev's stage back.
+              [&](auto& next, auto& prev) {
+                s.issue_tile(next);
+                warpgroup_wait<1>();
+                s.fold(prev);
+                s.release();
+              },
+              [&](auto& last) {
+                warpgroup_wait<0>();
+                s.fold(last);
+              });
+        });
+    // The last tile's stage is released by mma_tail().
   }
 };
 
