@@ -93,39 +93,20 @@ using namespace fp8ext::sm90;
 
 // The Promotion of nofold_c2x1: nothing read, nothing added (a wrong result, timed only).
 struct NoPromotion {
+  template <class Collective, class TensorStorage>
+  CUTLASS_DEVICE static NoPromotion make(TensorStorage&, int) {
+    return {};
+  }
   CUTLASS_DEVICE void load(int) {}
   template <class Part, class Accum>
   CUTLASS_DEVICE void fold_element(Part&, Accum&, int) {}
 };
 
-// A mainloop made of the Steps and a Schedule: Schedule::run(steps, part0, part1) issues every K tile, folds
-// every one but the last into the sum and releases their stages (the last is mma_tail()'s).
-template <class Base, class Schedule, bool kFold = true>
-struct ScheduledMainloop : Base {
-  using typename Base::MainloopPipeline;
-  using typename Base::Params;
-  using typename Base::PipelineState;
-  using typename Base::SmemLayoutA;
-  using typename Base::SmemLayoutB;
-  using typename Base::TensorStorage;
-  using typename Base::TiledMma;
-  static_assert(Base::ScaleNsPerTile == 1 && Base::ScaleMsPerTile > 1, "per-row activation scales only");
-
-  template <class FrgTensorC>
-  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
-                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
-    auto run = [](auto& steps, auto& part0, auto& part1) { Schedule::run(steps, part0, part1); };
-    if constexpr (kFold) {
-      auto scales = blockwise_loop::make_stage_scales<Base>(shared_tensors, thread_idx);
-      overlap::with_steps<TiledMma, SmemLayoutA, SmemLayoutB>(pipeline, smem_pipe_read, accum, k_tile_count,
-                                                              thread_idx, shared_tensors, scales, run);
-    } else {
-      NoPromotion none;
-      overlap::with_steps<TiledMma, SmemLayoutA, SmemLayoutB>(pipeline, smem_pipe_read, accum, k_tile_count,
-                                                              thread_idx, shared_tensors, none, run);
-    }
-  }
-};
+// A mainloop made of the library's Steps (overlap_k_loop.cuh) and a Schedule: Schedule::run(steps, part0, part1)
+// issues every K tile, folds every one but the last into the sum and releases their stages (the last is
+// mma_tail()'s).
+template <class Base, class Schedule, class MakePromotion = blockwise_loop::BlockScales>
+using ScheduledMainloop = overlap::OverlappedMainloop<Base, Schedule, MakePromotion>;
 
 // Tile t+1's wgmmas in kGroups commit groups, each followed by 1/kGroups of tile t's fold (see the top of the
 // file for what ptxas makes of it). kGroups = 1 is four_c2x1; kLoop: the groups in a loop that is not unrolled.
@@ -236,7 +217,7 @@ struct Turns {
 };
 
 template <class Base> using Four = ScheduledMainloop<Base, Interleaved<1>>;
-template <class Base> using NoFold = ScheduledMainloop<Base, Interleaved<1>, false>;
+template <class Base> using NoFold = ScheduledMainloop<Base, Interleaved<1>, NoPromotion>;
 template <class Base> using Interleaved4 = ScheduledMainloop<Base, Interleaved<4>>;
 template <class Base> using Interleaved2 = ScheduledMainloop<Base, Interleaved<2>>;
 template <class Base> using Loop4 = ScheduledMainloop<Base, Interleaved<4, true>>;
@@ -288,20 +269,8 @@ extern "C" int PROBE_CAT(probe_run_, PROBE_VARIANT)(const probe::Call& c, char* 
 
 #else  // the table of entry points
 
-#define PROBE_DECLARE(I, NAME, CM, CN, WRAP) extern "C" int probe_run_##I(const probe::Call&, char*, int);
-PROBE_VARIANTS(PROBE_DECLARE)
+#include "probe_table.h"
 
-namespace {
-struct Variant {
-  const char* name;
-  probe::RunFn run;
-};
-#define PROBE_ENTRY(I, NAME, CM, CN, WRAP) {#NAME, probe_run_##I},
-const Variant kVariants[] = {PROBE_VARIANTS(PROBE_ENTRY)};
-}  // namespace
-
-extern "C" int probe_count() { return sizeof(kVariants) / sizeof(kVariants[0]); }
-extern "C" const char* probe_name(int i) { return kVariants[i].name; }
 // The call's fields in Call's order, so that ctypes passes plain arguments.
 extern "C" int probe_run(int i, const void* a, const void* b, const float* sa, int64_t sa_m, int64_t sa_g,
                          const float* sb, int64_t sb_g, int64_t sb_n, void* out, int64_t M, int64_t N, int64_t K,

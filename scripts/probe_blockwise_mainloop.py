@@ -15,16 +15,16 @@ the same process and its variants are timed as NAME@TAG, so builds are compared 
 """
 import argparse
 import ctypes
-import datetime
 import json
-import os
-import subprocess
 
 import torch
 
 import fp8ext
+from fp8ext.bench.common import run_record
 from fp8ext.bench.timing import TIMER_METHOD, Timer
 from fp8ext.testing import random_blockwise_operands
+
+from probe_ctypes import ProbeBuild  # scripts/probe_ctypes.py
 
 LIB_KERNELS = ["bw_coop_128x128x128_c2x1_ov_bf16", "bw_coop_128x128x128_c1x2_ov_bf16"]
 K_SWEEP = [(8448, 7168, k) for k in (1024, 2048, 4096, 8192, 16384)]
@@ -33,29 +33,18 @@ LARGE = [(8192, 7168, 7168), (16384, 7168, 2048), (4096, 18432, 7168), (8192, 21
 UNCHECKED = {"nofold_c2x1"}
 
 
-class Probe:
+class Probe(ProbeBuild):
     def __init__(self, spec: str):
-        path, _, tag = spec.partition("@")
-        self.tag = f"@{tag}" if tag else ""
-        self.lib = ctypes.CDLL(path)
-        self.lib.probe_name.restype = ctypes.c_char_p
         i64, vp = ctypes.c_int64, ctypes.c_void_p
-        self.lib.probe_run.argtypes = [ctypes.c_int, vp, vp, vp, i64, i64, vp, i64, i64, vp, i64, i64, i64, vp,
-                                       ctypes.c_size_t, ctypes.c_int, vp, ctypes.c_char_p, ctypes.c_int]
-        self.names = [self.lib.probe_name(i).decode() for i in range(self.lib.probe_count())]
-        self.workspace = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
-        self.sm_count = torch.cuda.get_device_properties(0).multi_processor_count
-        self.err = ctypes.create_string_buffer(256)
+        super().__init__(spec, [vp, vp, vp, i64, i64, vp, i64, i64, vp, i64, i64, i64, vp, ctypes.c_size_t,
+                                ctypes.c_int, vp])
 
     def call(self, i, a, b, sa, sb, out):
         M, K = a.shape
         N = b.shape[1]
-        rc = self.lib.probe_run(i, a.data_ptr(), b.data_ptr(), sa.data_ptr(), sa.stride(0), sa.stride(1),
-                                sb.data_ptr(), sb.stride(0), sb.stride(1), out.data_ptr(), M, N, K,
-                                self.workspace.data_ptr(), self.workspace.numel(), self.sm_count,
-                                torch.cuda.current_stream().cuda_stream, self.err, len(self.err))
-        if rc:
-            raise RuntimeError(f"{self.names[i]}: {self.err.value.decode()}")
+        self.run(i, a.data_ptr(), b.data_ptr(), sa.data_ptr(), sa.stride(0), sa.stride(1), sb.data_ptr(),
+                 sb.stride(0), sb.stride(1), out.data_ptr(), M, N, K, self.workspace.data_ptr(),
+                 self.workspace.numel(), self.sm_count, torch.cuda.current_stream().cuda_stream)
         return out
 
 
@@ -111,17 +100,9 @@ def main():
     rows = [dict(measure(probes, timer, M, N, K, args.rounds, variants), part="k_sweep") for M, N, K in K_SWEEP]
     rows += [dict(measure(probes, timer, M, N, K, args.rounds, variants), part="large") for M, N, K in LARGE]
     if args.json:
-        commit = os.environ.get("FP8EXT_COMMIT")  # a copied tree's git may be stale: the caller's word first
-        if not commit:
-            try:
-                commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                        text=True).stdout.strip()
-            except OSError:
-                commit = None
         rec = {"what": "block-scaled mainloop variants (scripts/probe_blockwise_mainloop.cu) against the library's "
                        "kernels and torch._scaled_mm block-wise",
-               "commit": commit, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-               "date": datetime.date.today().isoformat(), "method": TIMER_METHOD, "variants": variants, "builds": args.so,
+               **run_record(), "method": TIMER_METHOD, "variants": variants, "builds": args.so,
                "library_kernels": LIB_KERNELS, "rows": rows}
         with open(args.json, "w") as f:
             json.dump(rec, f, indent=1)

@@ -54,46 +54,9 @@ using RunFn = int (*)(const Call&, char* err, int err_len);
 namespace probe {
 using namespace fp8ext::sm90;
 
-// The library's step order with each tile's wgmmas in two halves around the previous tile's adds.
-template <class Base>
-struct Halves : Base {
-  using typename Base::MainloopPipeline;
-  using typename Base::Params;
-  using typename Base::PipelineState;
-  using typename Base::SmemLayoutA;
-  using typename Base::SmemLayoutB;
-  using typename Base::TensorStorage;
-  using typename Base::TiledMma;
-
-  template <class FrgTensorC>
-  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
-                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
-    using namespace cute;
-    overlap::AddPartial add;
-    overlap::with_steps<TiledMma, SmemLayoutA, SmemLayoutB>(
-        pipeline, smem_pipe_read, accum, k_tile_count, thread_idx, shared_tensors, add,
-        [](auto& s, auto& part0, auto& part1) {
-          constexpr int kBlocksPerTile = remove_cvref_t<decltype(s)>::kBlocksPerTile;
-          overlap::two_tile_loop(
-              s.k_tile_count, part0, part1, [&](auto& part) { s.issue_tile(part); },
-              [&](auto& next, auto& prev) {
-                s.wait_stage();
-                s.issue(next, 0, kBlocksPerTile / 2, true);
-                warpgroup_wait<1>();
-                warpgroup_fence_operand(prev);
-                s.template fold_chunk<2>(prev, 0);
-                s.issue(next, kBlocksPerTile / 2, kBlocksPerTile, true);
-                s.template fold_chunk<2>(prev, 1);
-                s.next_stage();
-                s.release();
-              },
-              [&](auto& last) {
-                warpgroup_wait<0>();
-                s.fold(last);
-              });
-        });
-  }
-};
+// The library's loop with each tile's wgmmas in two halves around the previous tile's adds: the block-scaled
+// loop's schedule (overlap::HalfTiles) with the row-wise Promotion.
+template <class Base> using Halves = overlap::OverlappedMainloop<Base, overlap::HalfTiles, overlap::AddPartial>;
 template <class Base> using Library = OverlapPromotionMainloop<Base>;
 
 // The library's RowwiseGemm<Config> with the mainloop Wrap<CUTLASS's collective>.
@@ -135,20 +98,8 @@ extern "C" int PROBE_CAT(probe_run_, PROBE_VARIANT)(const probe::Call& c, char* 
 
 #else  // the table of entry points
 
-#define PROBE_DECLARE(I, NAME, ...) extern "C" int probe_run_##I(const probe::Call&, char*, int);
-PROBE_VARIANTS(PROBE_DECLARE)
+#include "probe_table.h"
 
-namespace {
-struct Variant {
-  const char* name;
-  probe::RunFn run;
-};
-#define PROBE_ENTRY(I, NAME, ...) {#NAME, probe_run_##I},
-const Variant kVariants[] = {PROBE_VARIANTS(PROBE_ENTRY)};
-}  // namespace
-
-extern "C" int probe_count() { return sizeof(kVariants) / sizeof(kVariants[0]); }
-extern "C" const char* probe_name(int i) { return kVariants[i].name; }
 // The call's fields in Call's order, so that ctypes passes plain arguments.
 extern "C" int probe_run(int i, const void* a, const void* b, const float* sa, const float* sb, void* out, int64_t M,
                          int64_t N, int64_t K, void* workspace, size_t workspace_bytes, int sm_count, void* stream,

@@ -10,17 +10,17 @@ variants are timed as NAME@TAG. Each kernel runs on problems of the M range the 
 """
 import argparse
 import ctypes
-import datetime
 import json
 import math
-import os
-import subprocess
 
 import torch
 
 import fp8ext
+from fp8ext.bench.common import run_record
 from fp8ext.bench.timing import TIMER_METHOD, Timer
 from fp8ext.testing import random_operands
+
+from probe_ctypes import ProbeBuild  # scripts/probe_ctypes.py
 
 PROBLEMS = {
     "coop_128x128x128_c1x2_ov_precise_bf16": [(8192, 8192, 8192), (4096, 14336, 4096), (8192, 4096, 14336),
@@ -32,28 +32,17 @@ PROBLEMS = {
 }
 
 
-class Probe:
+class Probe(ProbeBuild):
     def __init__(self, spec: str):
-        path, _, tag = spec.partition("@")
-        self.tag = f"@{tag}" if tag else ""
-        self.lib = ctypes.CDLL(path)
-        self.lib.probe_name.restype = ctypes.c_char_p
         i64, vp = ctypes.c_int64, ctypes.c_void_p
-        self.lib.probe_run.argtypes = [ctypes.c_int, vp, vp, vp, vp, vp, i64, i64, i64, vp, ctypes.c_size_t,
-                                       ctypes.c_int, vp, ctypes.c_char_p, ctypes.c_int]
-        self.names = [self.lib.probe_name(i).decode() for i in range(self.lib.probe_count())]
-        self.workspace = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
-        self.sm_count = torch.cuda.get_device_properties(0).multi_processor_count
-        self.err = ctypes.create_string_buffer(256)
+        super().__init__(spec, [vp, vp, vp, vp, vp, i64, i64, i64, vp, ctypes.c_size_t, ctypes.c_int, vp])
 
     def call(self, i, a, b, sa, sb, out):
         M, K = a.shape
         N = b.shape[1]
-        rc = self.lib.probe_run(i, a.data_ptr(), b.data_ptr(), sa.data_ptr(), sb.data_ptr(), out.data_ptr(), M, N,
-                                K, self.workspace.data_ptr(), self.workspace.numel(), self.sm_count,
-                                torch.cuda.current_stream().cuda_stream, self.err, len(self.err))
-        if rc:
-            raise RuntimeError(f"{self.names[i]}: {self.err.value.decode()}")
+        self.run(i, a.data_ptr(), b.data_ptr(), sa.data_ptr(), sb.data_ptr(), out.data_ptr(), M, N, K,
+                 self.workspace.data_ptr(), self.workspace.numel(), self.sm_count,
+                 torch.cuda.current_stream().cuda_stream)
         return out
 
 
@@ -114,17 +103,9 @@ def main():
     summary["all variants equal to the library"] = all(all(r["equal_to_library"].values()) for r in rows)
     print(json.dumps(summary, indent=1))
     if args.json:
-        commit = os.environ.get("FP8EXT_COMMIT")  # a copied tree's git may be stale: the caller's word first
-        if not commit:
-            try:
-                commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                        text=True).stdout.strip()
-            except OSError:
-                commit = None
         rec = {"what": "row-wise overlapped (precise) mainloop variants of scripts/probe_rowwise_mainloop.cu against "
                        "the library's kernels and torch._scaled_mm with use_fast_accum=False",
-               "commit": commit, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-               "date": datetime.date.today().isoformat(), "method": TIMER_METHOD, "builds": args.so,
+               **run_record(), "method": TIMER_METHOD, "builds": args.so,
                "summary": summary, "rows": rows}
         with open(args.json, "w") as f:
             json.dump(rec, f, indent=1)

@@ -131,60 +131,24 @@ CUTLASS_DEVICE auto make_stage_scales(typename Collective::TensorStorage& shared
       tCsSFA, tCsSFB, tCrSFA, tCrSFB};
 }
 
-}  // namespace blockwise_loop
-
-template <class Base>
-struct OverlapBlockwiseMainloop : Base {
-  using typename Base::MainloopPipeline;
-  using typename Base::Params;
-  using typename Base::PipelineState;
-  using typename Base::SmemLayoutA;
-  using typename Base::SmemLayoutB;
-  using typename Base::TensorStorage;
-  using typename Base::TiledMma;
-  using typename Base::TileShape;
-  static_assert(Base::ScalePromotionInterval == 4 &&
-                    cute::size<2>(TileShape{}) == 4 * cute::size<2>(typename TiledMma::AtomShape_MNK{}),
-                "the overlapped mainloop scales once per K tile: one scale group per 128-deep tile");
-
-  template <class FrgTensorC>
-  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
-                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
-    using namespace cute;
-    static_assert(is_rmem<FrgTensorC>::value, "the accumulator must be in registers");
-    static_assert(size(FrgTensorC{}) <= 64, "a warpgroup's share of a tile must stay at 64 x 128 or below");
-
-    auto scales = blockwise_loop::make_stage_scales<Base>(shared_tensors, thread_idx);
-    overlap::with_steps<TiledMma, SmemLayoutA, SmemLayoutB>(
-        pipeline, smem_pipe_read, accum, k_tile_count, thread_idx, shared_tensors, scales,
-        [](auto& s, auto& part0, auto& part1) {
-          constexpr int kBlocksPerTile = remove_cvref_t<decltype(s)>::kBlocksPerTile;
-          overlap::two_tile_loop(
-              s.k_tile_count, part0, part1, [&](auto& part) { s.issue_tile(part); },
-              // Start the next tile and fold the previous one, whose stage is still unreleased. Its scales are
-              // read first: loaded after the first wgmma, their latency held back the second one (ptxas places the
-              // scale product's FMULs ahead of it), and the loop ran 6% slower than this order. ptxas moves the
-              // whole fold ahead of the second half.
-              [&](auto& next, auto& prev) {
-                s.load_fold_inputs();
-                s.wait_stage();
-                s.issue(next, 0, kBlocksPerTile / 2, true);
-                warpgroup_wait<1>();  // every group but the half just issued: prev is complete
-                warpgroup_fence_operand(prev);
-                s.template fold_chunk<2>(prev, 0);
-                s.issue(next, kBlocksPerTile / 2, kBlocksPerTile, true);
-                s.template fold_chunk<2>(prev, 1);
-                s.next_stage();
-                s.release();
-              },
-              [&](auto& last) {
-                s.load_fold_inputs();
-                warpgroup_wait<0>();
-                s.fold(last);
-              });
-        });
-    // The last tile's stage is released by mma_tail().
+// make<Collective>() of OverlappedMainloop: the stage scales of CUTLASS's blockwise collective.
+struct BlockScales {
+  template <class Collective>
+  CUTLASS_DEVICE static auto make(typename Collective::TensorStorage& shared_tensors, int thread_idx) {
+    static_assert(Collective::ScalePromotionInterval == 4 &&
+                      cute::size<2>(typename Collective::TileShape{}) ==
+                          4 * cute::size<2>(typename Collective::TiledMma::AtomShape_MNK{}),
+                  "the overlapped mainloop scales once per K tile: one scale group per 128-deep tile");
+    return make_stage_scales<Collective>(shared_tensors, thread_idx);
   }
 };
+
+}  // namespace blockwise_loop
+
+// Only mma() is replaced (overlap::OverlappedMainloop): half of tile t+1's wgmmas, the wait, tile t's fold, the
+// other half (the halves above).
+template <class Base>
+using OverlapBlockwiseMainloop =
+    overlap::OverlappedMainloop<Base, overlap::HalfTiles, blockwise_loop::BlockScales>;
 
 }  // namespace fp8ext::sm90

@@ -1,9 +1,9 @@
 // The K loop shared by the overlapped mainloops: overlap_promotion_mainloop.cuh (row-wise, precise accumulation)
 // and overlap_blockwise_mainloop.cuh (block-scaled). Each K tile's wgmmas go into one of two partial-sum
 // fragments; while the tensor core works on tile t+1 in one, the warpgroup folds tile t's finished partial from
-// the other into the fp32 sum. What "fold" means is the caller's Promotion: an add (row-wise), or a multiply-add
-// by the tile's scales (block-wise). Both loops are written with the same Steps on two_tile_loop(); the
-// block-scaled one splits each tile's wgmmas in two around the fold.
+// the other into the fp32 sum. Both are an OverlappedMainloop (below): the same Steps, in the order of a Schedule,
+// with their own Promotion, which says what "fold" means: an add (row-wise), or a multiply-add by the tile's
+// scales (block-wise).
 //
 // The contract with CUTLASS's kernel is that of its FP8 collectives: the loop leaves the last K tile's
 // shared-memory stage unreleased, and the collective's mma_tail() releases it.
@@ -151,25 +151,95 @@ struct Steps {
   }
 };
 
-// A collective's mma() state in one call: this warpgroup's operand fragments, the fp32 sum and both partials
-// cleared, and the Steps over them. `fn(steps, part0, part1)` runs the K loop; it is not called when there is no
-// K tile. Every overlapped mainloop starts this way.
-template <class TiledMma, class SmemLayoutA, class SmemLayoutB, class Pipeline, class PipelineState,
-          class TensorStorage, class Accum, class Promotion, class Loop>
-CUTLASS_DEVICE void with_steps(Pipeline& pipeline, PipelineState& smem_pipe_read, Accum& accum, int k_tile_count,
-                               int thread_idx, TensorStorage& shared_tensors, Promotion& promotion, Loop&& fn) {
-  using namespace cute;
-  TiledMma tiled_mma;
-  auto fragments = operand_fragments<TiledMma, SmemLayoutA, SmemLayoutB>(tiled_mma, thread_idx, shared_tensors);
-  auto part0 = make_fragment_like(accum);
-  auto part1 = make_fragment_like(accum);
-  clear_fragments(accum, part0, part1);
-  if (k_tile_count <= 0) return;
-  Steps<Pipeline, PipelineState, TiledMma, remove_cvref_t<decltype(get<0>(fragments))>,
-        remove_cvref_t<decltype(get<1>(fragments))>, Promotion, Accum>
-      steps{pipeline, smem_pipe_read, smem_pipe_read, tiled_mma, get<0>(fragments), get<1>(fragments), promotion,
-            accum, k_tile_count, thread_idx};
-  fn(steps, part0, part1);
-}
+// The schedules: run(steps, part0, part1) issues every K tile, folds every one but the last into the sum and hands
+// their stages back (the last is mma_tail()'s).
+//
+// WholeTiles: tile t+1's wgmmas, the wait until only they are in flight (tile t is complete), tile t's fold while
+// the tensor core works on t+1, tile t's stage released.
+struct WholeTiles {
+  template <class S, class Part>
+  CUTLASS_DEVICE static void run(S& s, Part& part0, Part& part1) {
+    two_tile_loop(
+        s.k_tile_count, part0, part1, [&](auto& part) { s.issue_tile(part); },
+        [&](auto& next, auto& prev) {
+          s.issue_tile(next);
+          s.load_fold_inputs();
+          cute::warpgroup_wait<1>();
+          s.fold(prev);
+          s.release();
+        },
+        [&](auto& last) {
+          s.load_fold_inputs();
+          cute::warpgroup_wait<0>();
+          s.fold(last);
+        });
+  }
+};
+
+// HalfTiles: the first half of tile t+1's wgmmas, the wait (tile t is complete), tile t's fold, the second half.
+// What the fold reads from its stage is read first: in the block-wise loop, scales loaded after the first wgmma held
+// back the second one (ptxas places the scale product's FMULs ahead of it), and the loop ran 6% slower than this
+// order. ptxas moves the whole fold ahead of the second half.
+struct HalfTiles {
+  template <class S, class Part>
+  CUTLASS_DEVICE static void run(S& s, Part& part0, Part& part1) {
+    constexpr int kHalf = S::kBlocksPerTile / 2;
+    two_tile_loop(
+        s.k_tile_count, part0, part1, [&](auto& part) { s.issue_tile(part); },
+        [&](auto& next, auto& prev) {
+          s.load_fold_inputs();
+          s.wait_stage();
+          s.issue(next, 0, kHalf, true);
+          cute::warpgroup_wait<1>();  // every group but the half just issued: prev is complete
+          cute::warpgroup_fence_operand(prev);
+          s.template fold_chunk<2>(prev, 0);
+          s.issue(next, kHalf, S::kBlocksPerTile, true);
+          s.template fold_chunk<2>(prev, 1);
+          s.next_stage();
+          s.release();
+        },
+        [&](auto& last) {
+          s.load_fold_inputs();
+          cute::warpgroup_wait<0>();
+          s.fold(last);
+        });
+  }
+};
+
+// A CUTLASS collective (Base) with mma() replaced by an overlapped K loop: Schedule (above) says in what order the
+// steps run, MakePromotion::make<Base>(shared_tensors, thread_idx) builds the Promotion. Loads, shared storage,
+// parameters and mma_tail() stay Base's, and so does the contract with the kernel: mma() leaves the last K tile's
+// stage unreleased and mma_tail() releases it.
+template <class Base, class Schedule, class MakePromotion>
+struct OverlappedMainloop : Base {
+  using typename Base::MainloopPipeline;
+  using typename Base::Params;
+  using typename Base::PipelineState;
+  using typename Base::SmemLayoutA;
+  using typename Base::SmemLayoutB;
+  using typename Base::TensorStorage;
+  using typename Base::TiledMma;
+
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
+                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
+    using namespace cute;
+    static_assert(is_rmem<FrgTensorC>::value, "the accumulator must be in registers");
+    // The sum and two partials: 3 x 64 fp32 registers a thread at a warpgroup's share of 64 x 128.
+    static_assert(size(FrgTensorC{}) <= 64, "a warpgroup's share of a tile must stay at 64 x 128 or below");
+    auto promotion = MakePromotion::template make<Base>(shared_tensors, thread_idx);
+    TiledMma tiled_mma;
+    auto fragments = operand_fragments<TiledMma, SmemLayoutA, SmemLayoutB>(tiled_mma, thread_idx, shared_tensors);
+    auto part0 = make_fragment_like(accum);
+    auto part1 = make_fragment_like(accum);
+    clear_fragments(accum, part0, part1);
+    if (k_tile_count <= 0) return;
+    Steps<MainloopPipeline, PipelineState, TiledMma, remove_cvref_t<decltype(get<0>(fragments))>,
+          remove_cvref_t<decltype(get<1>(fragments))>, decltype(promotion), FrgTensorC>
+        steps{pipeline, smem_pipe_read, smem_pipe_read, tiled_mma, get<0>(fragments), get<1>(fragments), promotion,
+              accum, k_tile_count, thread_idx};
+    Schedule::run(steps, part0, part1);
+  }
+};
 
 }  // namespace fp8ext::sm90::overlap

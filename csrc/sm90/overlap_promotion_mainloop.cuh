@@ -31,6 +31,10 @@ namespace fp8ext::sm90 {
 namespace overlap {
 // The row-wise Promotion of Steps (overlap_k_loop.cuh): acc += P_t, with nothing to read from the stage.
 struct AddPartial {
+  template <class Collective, class TensorStorage>
+  CUTLASS_DEVICE static AddPartial make(TensorStorage&, int /*thread_idx*/) {
+    return {};
+  }
   CUTLASS_DEVICE void load(int /*stage*/) {}
   template <class Part, class Accum>
   CUTLASS_DEVICE void fold_element(Part& part, Accum& accum, int i) {
@@ -39,42 +43,8 @@ struct AddPartial {
 };
 }  // namespace overlap
 
+// Only mma() is replaced (overlap::OverlappedMainloop): tile t+1's wgmmas, the wait, tile t's adds.
 template <class Base>
-struct OverlapPromotionMainloop : Base {
-  using typename Base::MainloopPipeline;
-  using typename Base::Params;
-  using typename Base::PipelineState;
-  using typename Base::SmemLayoutA;
-  using typename Base::SmemLayoutB;
-  using typename Base::TensorStorage;
-  using typename Base::TiledMma;
-
-  template <class FrgTensorC>
-  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
-                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
-    using namespace cute;
-    static_assert(is_rmem<FrgTensorC>::value, "the accumulator must be in registers");
-    overlap::AddPartial add;
-    overlap::with_steps<TiledMma, SmemLayoutA, SmemLayoutB>(
-        pipeline, smem_pipe_read, accum, k_tile_count, thread_idx, shared_tensors, add,
-        [](auto& s, auto& part0, auto& part1) {
-          overlap::two_tile_loop(
-              s.k_tile_count, part0, part1, [&](auto& part) { s.issue_tile(part); },
-              // Start the next tile, wait until only its batch is in flight (prev's is complete), add prev into
-              // the sum while the tensor core works on next, and hand prev's stage back.
-              [&](auto& next, auto& prev) {
-                s.issue_tile(next);
-                warpgroup_wait<1>();
-                s.fold(prev);
-                s.release();
-              },
-              [&](auto& last) {
-                warpgroup_wait<0>();
-                s.fold(last);
-              });
-        });
-    // The last tile's stage is released by mma_tail().
-  }
-};
+using OverlapPromotionMainloop = overlap::OverlappedMainloop<Base, overlap::WholeTiles, overlap::AddPartial>;
 
 }  // namespace fp8ext::sm90
