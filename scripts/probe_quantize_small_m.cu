@@ -13,6 +13,8 @@
 //   nvcc -c ... -Dfp8ext=fp8ext_old -Icsrc /tmp/q_old.cu -o /tmp/q_old.o          (likewise q_new from csrc/)
 //   nvcc ... -DPROBE_LIBS="LIB(old) LIB(new)" scripts/probe_quantize_small_m.cu /tmp/q_old.o /tmp/q_new.o -o ...
 //
+// Arguments: the K values to run (default 4096 8192, the quantize suite's; the probe's own variants run at those).
+//
 // Timed like fp8ext.bench.Timer: before each sample a 256 MiB write flushes the L2 and a spin kernel holds the GPU
 // for 30 us, so that the host has queued the start event, the op and the end event before the op can start; the
 // sample is the events' span. Medians of 300 samples per op, ops interleaved sample by sample.
@@ -45,6 +47,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -313,7 +316,7 @@ long check_library(const Library& lib, const fp8ext::QuantizeRowwiseParams& p, c
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   int sm_clock_khz = 0;
   CHECK(cudaDeviceGetAttribute(&sm_clock_khz, cudaDevAttrClockRate, 0));
   const long long spin = static_cast<long long>(sm_clock_khz) * 30 / 1000;  // 30 us
@@ -326,7 +329,12 @@ int main() {
   const int kSamples = 300;
   std::printf("{\"samples\": %d, \"rows\": [\n", kSamples);
   bool first = true;
-  for (int K : {4096, 8192}) {
+  // K values from the command line (multiples of 16), by default the quantize suite's 4096 and 8192. The probe's
+  // own variants run at those two only; at any other K the library copies are timed against the baselines.
+  std::vector<int> ks;
+  for (int i = 1; i < argc; ++i) ks.push_back(std::atoi(argv[i]));
+  if (ks.empty()) ks = {4096, 8192};
+  for (int K : ks) {
     for (int M : {1, 2, 4, 8, 16}) {
       const int nvec = K / 8;
       uint4* x;
@@ -368,7 +376,9 @@ int main() {
                      {}});
       const int t = width_for(nvec);
       auto add = [&](const std::string& name, std::function<void()> fn) { ops.push_back({name, fn, true, {}}); };
-      if (t == 128) {
+      if (K != 4096 && K != 8192) {
+        // the baselines and the library copies only
+      } else if (t == 128) {
         add("copy", probe_op<128, 4, kCopy>(x, q, s, M, K, scratch));
         add("copy_smem", probe_op<128, 4, kCopySmem>(x, q, s, M, K, scratch));
         add("q_T256_P2_warp", probe_op<256, 2, kWarp>(x, q, s, M, K, scratch));
