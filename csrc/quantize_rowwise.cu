@@ -217,35 +217,56 @@ __global__ void __launch_bounds__(cta_threads(kThreadsPerRow)) quantize_rowwise_
   store_scale<kFormat>(p, r, lane, amax);
 }
 
-// The cluster's barrier, which every thread of its CTAs must reach. `relaxed`: it orders no memory (the first
-// barrier says only that every CTA of the cluster has started, so its shared memory may be written); otherwise
-// the writes before it to any CTA's shared memory are visible after it.
-template <bool kRelaxed>
-__device__ __forceinline__ void cluster_barrier() {
-  if constexpr (kRelaxed) {
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
-  } else {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-  }
+// The exchange of the warps' maxima across a cluster, through distributed shared memory. Each CTA has an mbarrier
+// that completes when every warp of the cluster has stored its key into the CTA's shared memory with st.async,
+// which counts its bytes on the receiving CTA's mbarrier. A store and a barrier with release semantics would do the
+// same with a MEMBAR.ALL.GPU in each thread (ptxas's code for a cluster-scope release on sm_90), which waits for
+// the thread's outstanding memory operations to reach the L2.
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-
-// `value` into the 32-bit word at `local` (this CTA's shared memory) of the cluster's CTA `cta`.
-__device__ __forceinline__ void store_to_cluster_cta(const uint32_t* local, uint32_t cta, uint32_t value) {
-  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(local));
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(cta));
-  asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(remote), "r"(value) : "memory");
+// One thread of each CTA, before the cluster's first barrier: the mbarrier expects `bytes` and one arrival (this
+// one), and its initialization is made visible to the cluster.
+__device__ __forceinline__ void init_keys_barrier(uint64_t* barrier, uint32_t bytes) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(barrier)) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(barrier)), "r"(bytes)
+               : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// Every thread of the cluster's CTAs: they have all started, and their mbarriers are initialized.
+__device__ __forceinline__ void cluster_arrive_and_wait() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+}
+// `value` into the word at `local` in CTA `cta`'s shared memory (the same offset as in this CTA's), counted on
+// that CTA's `barrier`.
+__device__ __forceinline__ void store_to_cluster_cta(const uint32_t* local, const uint64_t* barrier, uint32_t cta,
+                                                     uint32_t value) {
+  uint32_t remote, remote_barrier;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(local)), "r"(cta));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_barrier) : "r"(shared_address(barrier)), "r"(cta));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [%0], %1, [%2];" ::"r"(remote), "r"(value),
+               "r"(remote_barrier)
+               : "memory");
+}
+// Until every key has landed in this CTA (the mbarrier's first phase).
+__device__ __forceinline__ void wait_keys(const uint64_t* barrier) {
+  asm volatile(
+      "{\n\t.reg .pred done;\n\tWAIT_KEYS:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n\t@!done bra WAIT_KEYS;\n\t}" ::"r"(
+          shared_address(barrier))
+      : "memory");
 }
 
 // A row across a cluster: CTA c of row r's cluster holds packs c * kThreads * kPacks + lane + j * kThreads of it
-// (j < kPacks); packs past the row's end are zeros, as in the one-pass kernel. Each warp's largest key is written
-// into every CTA of the cluster, so that after the second barrier each CTA finds the row's amax in its own shared
-// memory. The first barrier is waited on while the loads are in flight.
+// (j < kPacks); packs past the row's end are zeros, as in the one-pass kernel. Each warp's largest key is stored
+// into every CTA of the cluster, so that each CTA then finds the row's amax in its own shared memory. The cluster
+// barrier is waited on while the loads are in flight.
 template <typename In, __nv_fp8_interpretation_t kFormat, int kThreads, int kPacks, int kCtas>
 __global__ void __cluster_dims__(kCtas, 1, 1) __launch_bounds__(kThreads)
     quantize_rowwise_cluster_kernel(QuantizeRowwiseParams p) {
   constexpr int kWarps = kThreads / 32;
   __shared__ uint32_t warp_key[kCtas * kWarps];
+  __shared__ alignas(8) uint64_t keys_landed;
 
   pdl::wait_for_prior_grids();  // as in the one-pass kernel
   pdl::allow_dependent_grids();
@@ -262,13 +283,14 @@ __global__ void __cluster_dims__(kCtas, 1, 1) __launch_bounds__(kThreads)
     const int i = first + lane + j * kThreads;
     v[j] = i < npacks ? x[i] : make_uint4(0u, 0u, 0u, 0u);
   }
-  cluster_barrier</*kRelaxed=*/true>();
+  if (lane == 0) init_keys_barrier(&keys_landed, sizeof(warp_key));
+  cluster_arrive_and_wait();
   uint32_t key = 0;
 #pragma unroll
   for (int j = 0; j < kPacks; ++j) key = max(key, pack_key<In>(v[j]));
   key = __reduce_max_sync(kFullMask, key);
-  if (lane % 32 < kCtas) store_to_cluster_cta(&warp_key[rank * kWarps + lane / 32], lane % 32, key);
-  cluster_barrier</*kRelaxed=*/false>();
+  if (lane % 32 < kCtas) store_to_cluster_cta(&warp_key[rank * kWarps + lane / 32], &keys_landed, lane % 32, key);
+  wait_keys(&keys_landed);
   key = 0;
 #pragma unroll
   for (int i = 0; i < kCtas * kWarps; ++i) key = max(key, warp_key[i]);
