@@ -11,12 +11,6 @@
 // keeps 64 bytes in flight and several rows share an SM; with at most kFewRows rows, 2 packs a thread and twice
 // the threads, which shortens each row's chain when the GPU is not full (launch_aligned).
 //
-// A row across a cluster (at most kClusterRows rows, each over 8 KiB and at most 32 KiB): the one-pass kernel's
-// scheme with the row split over the kClusterCtas CTAs of a thread-block cluster, one SM each, so that each SM
-// takes in a quarter of the row; the warps' maxima meet in every CTA's shared memory (distributed shared memory)
-// behind one cluster barrier. At M = 1..16 and K = 8192 (bf16) this took 0.1-0.3 us off the one-CTA row, and
-// nothing at K = 4096 (scripts/probe_quantize_small_m.cu).
-//
 // Two passes (rows that are not 16-byte aligned, read one element at a time, and rows over 64 KiB): pass 1 reads
 // the row and reduces it to amax, pass 2 reads it again, from L1/L2, and writes q. The width is chosen so that the
 // rows in flight on the whole GPU fit in L2 and pass 2 does not go back to HBM: a warp per row for rows up to
@@ -217,94 +211,6 @@ __global__ void __launch_bounds__(cta_threads(kThreadsPerRow)) quantize_rowwise_
   store_scale<kFormat>(p, r, lane, amax);
 }
 
-// The exchange of the warps' maxima across a cluster, through distributed shared memory. Each CTA has an mbarrier
-// that completes when every warp of the cluster has stored its key into the CTA's shared memory with st.async,
-// which counts its bytes on the receiving CTA's mbarrier. A store and a barrier with release semantics would do the
-// same with a MEMBAR.ALL.GPU in each thread (ptxas's code for a cluster-scope release on sm_90), which waits for
-// the thread's outstanding memory operations to reach the L2.
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// One thread of each CTA, before the cluster's first barrier: the mbarrier expects `bytes` and one arrival (this
-// one), and its initialization is made visible to the cluster.
-__device__ __forceinline__ void init_keys_barrier(uint64_t* barrier, uint32_t bytes) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(barrier)) : "memory");
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(barrier)), "r"(bytes)
-               : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-// Every thread of the cluster's CTAs: they have all started, and their mbarriers are initialized.
-__device__ __forceinline__ void cluster_arrive_and_wait() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
-}
-// `value` into the word at `local` in CTA `cta`'s shared memory (the same offset as in this CTA's), counted on
-// that CTA's `barrier`.
-__device__ __forceinline__ void store_to_cluster_cta(const uint32_t* local, const uint64_t* barrier, uint32_t cta,
-                                                     uint32_t value) {
-  uint32_t remote, remote_barrier;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(local)), "r"(cta));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_barrier) : "r"(shared_address(barrier)), "r"(cta));
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [%0], %1, [%2];" ::"r"(remote), "r"(value),
-               "r"(remote_barrier)
-               : "memory");
-}
-// Until every key has landed in this CTA (the mbarrier's first phase).
-__device__ __forceinline__ void wait_keys(const uint64_t* barrier) {
-  asm volatile(
-      "{\n\t.reg .pred done;\n\tWAIT_KEYS:\n\t"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n\t@!done bra WAIT_KEYS;\n\t}" ::"r"(
-          shared_address(barrier))
-      : "memory");
-}
-
-// A row across a cluster: CTA c of row r's cluster holds packs c * kThreads * kPacks + lane + j * kThreads of it
-// (j < kPacks); packs past the row's end are zeros, as in the one-pass kernel. Each warp's largest key is stored
-// into every CTA of the cluster, so that each CTA then finds the row's amax in its own shared memory. The cluster
-// barrier is waited on while the loads are in flight.
-template <typename In, __nv_fp8_interpretation_t kFormat, int kThreads, int kPacks, int kCtas>
-__global__ void __cluster_dims__(kCtas, 1, 1) __launch_bounds__(kThreads)
-    quantize_rowwise_cluster_kernel(QuantizeRowwiseParams p) {
-  constexpr int kWarps = kThreads / 32;
-  __shared__ uint32_t warp_key[kCtas * kWarps];
-  __shared__ alignas(8) uint64_t keys_landed;
-
-  pdl::wait_for_prior_grids();  // as in the one-pass kernel
-  pdl::allow_dependent_grids();
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-  const int lane = threadIdx.x;
-  const int npacks = static_cast<int>(p.K * static_cast<int64_t>(sizeof(In)) / 16);
-  const int first = static_cast<int>(rank) * kThreads * kPacks;
-  const int64_t r = blockIdx.x / kCtas;  // one row a cluster
-  const uint4* x = reinterpret_cast<const uint4*>(row_start<In>(p, r));
-  uint4 v[kPacks];
-#pragma unroll
-  for (int j = 0; j < kPacks; ++j) {
-    const int i = first + lane + j * kThreads;
-    v[j] = i < npacks ? x[i] : make_uint4(0u, 0u, 0u, 0u);
-  }
-  if (lane == 0) init_keys_barrier(&keys_landed, sizeof(warp_key));
-  cluster_arrive_and_wait();
-  uint32_t key = 0;
-#pragma unroll
-  for (int j = 0; j < kPacks; ++j) key = max(key, pack_key<In>(v[j]));
-  key = __reduce_max_sync(kFullMask, key);
-  if (lane % 32 < kCtas) store_to_cluster_cta(&warp_key[rank * kWarps + lane / 32], &keys_landed, lane % 32, key);
-  wait_keys(&keys_landed);
-  key = 0;
-#pragma unroll
-  for (int i = 0; i < kCtas * kWarps; ++i) key = max(key, warp_key[i]);
-  const float amax = row_amax<In>(p, key);
-  const float inv = kFp8Max<kFormat> / amax;
-  QPack<In>* q = reinterpret_cast<QPack<In>*>(static_cast<uint8_t*>(p.q) + r * p.K);
-#pragma unroll
-  for (int j = 0; j < kPacks; ++j) {
-    const int i = first + lane + j * kThreads;
-    if (i < npacks) q[i] = scaled<In, kFormat>(v[j], inv);
-  }
-  if (rank == 0) store_scale<kFormat>(p, r, lane, amax);
-}
-
 // Two passes: the row is read once for amax and once more, from cache, for q. A Unit is a 16-byte pack (uint4)
 // when rows are 16-byte aligned, else one element.
 template <typename In, __nv_fp8_interpretation_t kFormat, typename Unit, int kThreadsPerRow>
@@ -380,24 +286,6 @@ cudaError_t launch_one_pass_width(const QuantizeRowwiseParams& p, cudaStream_t s
   return launch_one_pass<In, kFormat, 1024, kPacks>(p, stream);
 }
 
-// A row across a cluster of kClusterCtas, each CTA 2 packs a thread: up to kClusterRows rows (the grid is then at
-// most one CTA per SM of an H200) of more than 8 KiB (measured: no gain at 8 KiB) and at most 32 KiB.
-constexpr int kClusterCtas = 4;
-constexpr int64_t kClusterRows = 32;
-constexpr int64_t kClusterMinPacks = 512, kClusterMaxPacks = 2048;
-
-template <typename In, __nv_fp8_interpretation_t kFormat>
-cudaError_t launch_cluster(const QuantizeRowwiseParams& p, cudaStream_t stream) {
-  constexpr int kPacks = 2;
-  const int64_t nvec = p.K * static_cast<int64_t>(sizeof(In)) / 16;
-  const unsigned grid = static_cast<unsigned>(p.rows * kClusterCtas);
-  if (nvec <= kClusterCtas * 128 * kPacks) {
-    return pdl::launch(quantize_rowwise_cluster_kernel<In, kFormat, 128, kPacks, kClusterCtas>, grid, 128, stream,
-                       p);
-  }
-  return pdl::launch(quantize_rowwise_cluster_kernel<In, kFormat, 256, kPacks, kClusterCtas>, grid, 256, stream, p);
-}
-
 // Up to this many rows the grid is at most one CTA per SM of an H200 (132): every row is a latency chain (load,
 // reduce, scale, convert, store) with nothing to overlap it, and the chain is shorter at 2 packs a thread and twice
 // the threads (measured at M = 1..16, K = 4096 and 8192: scripts/probe_quantize_small_m.cu). Past it the GPU is
@@ -408,9 +296,6 @@ template <typename In, __nv_fp8_interpretation_t kFormat>
 cudaError_t launch_aligned(const QuantizeRowwiseParams& p, cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(In);
   const int64_t nvec = p.K / kVec;
-  if (p.rows <= kClusterRows && nvec > kClusterMinPacks && nvec <= kClusterMaxPacks) {
-    return launch_cluster<In, kFormat>(p, stream);
-  }
   if (p.rows <= kFewRows && nvec <= 1024 * 2) return launch_one_pass_width<In, kFormat, 2>(p, stream);
   // The one-pass kernel has one row group a CTA, so it takes at most INT_MAX rows (the grid's limit); past that
   // (a 64 GiB input at the least) the two-pass kernel loops.

@@ -33,9 +33,8 @@ def decode_shapes(max_m: int) -> list[tuple[int, int, int]]:
 
 
 def quantize_launches(check: bool) -> int:
-    """quantize_rowwise on rows of each width class of its kernels (one pass: 32 to 1024 threads per row; a row
-    across a 4-CTA cluster: the few rows of 8192 and 16384; two passes: a warp, 128 or 512 threads), from each input
-    dtype to each FP8 format, 2-D and 3-D, aligned and not (a
+    """quantize_rowwise on rows of each width class of its kernels (one pass: 32 to 1024 threads per row; two
+    passes: a warp, 128 or 512 threads), from each input dtype to each FP8 format, 2-D and 3-D, aligned and not (a
     view that starts one element into a wider buffer takes the element-wise, two-pass loads; K = 36864 takes the
     aligned two-pass kernel); checked bit for bit against the CPU path."""
     launches = 0

@@ -185,10 +185,8 @@ def test_torch_compile_fullgraph(dynamic):
 # ---- the CUDA kernel on an sm_90 GPU: bit-exact with the CPU path ----
 
 # Every width of the one-pass kernel (a row of 16-bit values: 32 threads up to K = 1024, then 64, 128, 256, 512 and
-# 1024 threads up to K = 32768; float32 rows need twice the threads), the aligned two-pass kernel past 64 KiB a
-# row (32768 and 36864; 28672 in float32 too) and the cluster kernel (at most 32 rows of 8-32 KiB: 7 x 8192 and
-# 5 x 16384 in 16 bits, 128 threads a CTA, then 256; one row just over the 8 KiB bound, 32 rows, the limit, with the
-# last CTA of each cluster partly past the row's end, and 3-D rows; 33 x 4096 in float32 is one row too many).
+# 1024 threads up to K = 32768; float32 rows need twice the threads; rows that end inside a width's last packs:
+# 4112, 8208 and 12288) and the aligned two-pass kernel past 64 KiB a row (32768 and 36864; 28672 in float32 too).
 GPU_SHAPES = [(1, 16), (3, 48), (17, 1040), (255, 2048), (33, 4096), (7, 8192), (5, 16384), (5, 28672),
               (1000, 4096), (2, 9, 4096), (4, 1, 128), (3, 32768), (3, 36864), (1, 4112), (32, 8208),
               (2, 3, 12288)]
@@ -215,7 +213,7 @@ def test_cuda_strided_and_unaligned_inputs(in_dtype):
     x = random_rows(64, 4096 + 64, dtype=in_dtype, device="cuda")
     for view in (x[:, :4096], x[:, 16:4096 + 16], x[:, 1:4096 + 1], x.view(8, 8, -1)[:, :, :1024].transpose(0, 1)):
         assert_same(fp8ext.quantize_rowwise(view), fp8ext.quantize_rowwise(view.cpu()))
-    # Few long rows (the cluster kernel) with row strides, 2-D and 3-D.
+    # Few long rows with row strides, 2-D and 3-D.
     x = random_rows(16, 2 * 8192, dtype=in_dtype, device="cuda")
     for view in (x[:, 8192:], x.view(4, 4, -1)[:, :, :8192].transpose(0, 1)):
         assert_same(fp8ext.quantize_rowwise(view), fp8ext.quantize_rowwise(view.cpu()))
