@@ -6,7 +6,9 @@ output is compared bit for bit with the library's (the adds are the same, in the
   python scripts/probe_rowwise_mainloop.py --so probe_rowwise_mainloop.so --json out.json
 
 --so may be given more than once as PATH@TAG (builds from two trees): each loads in the same process and its
-variants are timed as NAME@TAG. Each kernel runs on problems of the M range the dispatch gives it (PROBLEMS).
+variants are timed as NAME@TAG. Each kernel runs on a few problems of the M range its tile is meant for
+(PROBLEMS), not where the dispatch would pick it: on a problem the dispatch gives another kernel, the ratio to
+torch says nothing of the library's speed there.
 """
 import argparse
 import ctypes
