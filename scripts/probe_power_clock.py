@@ -92,7 +92,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default=DEFAULT_SHAPES, help="MxNxK[,MxNxK...]")
     p.add_argument("--kernels", default=DEFAULT_KERNELS, help="block-wise kernels to force, comma-separated")
-    p.add_argument("--hold-s", type=float, default=2.0, help="seconds each peer runs per turn")
+    p.add_argument("--hold-s", type=float, default=3.0,
+                   help="seconds each peer runs per turn (nvidia-smi's power is a 1 s average: over the second half "
+                   "of a 3 s turn it is all this turn's)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--period-ms", type=int, default=25)
     p.add_argument("--json")
@@ -119,7 +121,7 @@ def main():
             peers = {f"bw:{k}": (lambda: fp8ext.scaled_mm(a, b, sa, sb), k) for k in args.kernels.split(",")}
             peers["torch_blockwise"] = (lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16), None)
             peers["rowwise_fast"] = (lambda: fp8ext.scaled_mm(a, b, ra, rb, use_fast_accum=True), None)
-            rowwise_kernel = fp8ext.selected_kernel(M, N, K, use_fast_accum=True)
+            rowwise_kernel = fp8ext.selected_kernel(M, N, K, use_fast_accum=True, torch_ok=False)
             # About 20 ms of GPU work a chunk.
             one = hold(peers["torch_blockwise"][0], 0.2, 1)[0]
             chunk = max(1, int(20000 / statistics.median(us for _, us in one)))
