@@ -69,6 +69,8 @@ CUTLASS_DEVICE void two_tile_loop(int k_tile_count, Part& part0, Part& part1, Fi
 //   load(stage)               read what the fold of the tile in `stage` needs, before that stage is released
 //                             (block-wise: the tile's scales; row-wise: nothing)
 //   fold_element(part, acc, i) element i of the fold: acc(i) += part(i), or part(i) times the tile's scales.
+// and is built by OverlappedMainloop's MakePromotion::make<Collective>(shared_tensors, thread_idx) (below): the
+// row-wise AddPartial is its own maker (a static make), the block-wise StageScales has the factory BlockScales.
 // Held in one object, the pipeline positions stay in uniform registers. Captured by the loop's lambdas as locals,
 // ptxas kept them in vector registers (the stage index's wrap-around and the release barrier's address computed
 // per thread, every tile), and the block-wise loop written that way ran 4-5% slower
