@@ -287,6 +287,51 @@ def test_blockwise_suite_rows_and_summary():
     assert bw.summarize([], "no block-wise path")["torch._scaled_mm block-wise"] == "unavailable: no block-wise path"
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--suite", "quick", "--shapes", "16x4096x4096"], "--shapes is not an option of --suite quick (it is of: custom, "
+     "blockwise)"),
+    (["--suite", "custom", "--split", "heldout", "--shapes", "16x4096x4096"], "--split is not an option of --suite "
+     "custom (it is of: zoo, blockwise)"),
+    (["--suite", "blockwise", "--split", "tune", "--shapes", "16x4096x4096"], "--shapes and --split choose the rows"),
+    (["--suite", "blockwise", "--shapes", "16x4096x4100"], "'16x4096x4100': N and K must be multiples of 16"),
+    (["--suite", "custom", "--shapes", "16x4096"], "'16x4096' is not MxNxK"),
+    (["--suite", "blockwise", "--shapes", "0x4096x4096"], "M, N and K must be at least 1"),
+])
+def test_options_that_choose_rows_are_refused_where_they_would_be_ignored(argv, message, capsys):
+    """--shapes and --split are read by some suites only: elsewhere the CLI refuses them, before looking for a GPU,
+    rather than measure rows other than those asked for; malformed shapes are refused with the item named."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_blockwise_suite_takes_a_models_own_shapes(fake_gpu, monkeypatch, tmp_path):
+    from fp8ext.bench.suites import blockwise as bw
+
+    rows = bw.blockwise_rows(None, "3x4096x7168, 2048x576x7168")
+    assert rows == [{"M": 3, "N": 4096, "K": 7168, "weight": "--shapes", "split": "custom"},
+                    {"M": 2048, "N": 576, "K": 7168, "weight": "--shapes", "split": "custom"}]
+    seen = {}
+
+    def fake_run(rows, timer, all_kernels, check, progress, rounds):
+        seen.update(rows=rows, all_kernels=all_kernels)
+        return [{**r, "kernel": "k1", "fp8ext_us": 10.0, "fp8ext_rowwise_us": 9.0, "torch_blockwise_us": 11.0}
+                for r in rows], ""
+
+    monkeypatch.setattr(bw, "run_blockwise", fake_run)
+    monkeypatch.setattr(bw, "Timer", lambda rep_ms: None)
+    monkeypatch.setattr(bw.torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(bw.torch.cuda, "get_device_properties", lambda i: type("P", (), {"multi_processor_count": 132}))
+    path = tmp_path / "bw.json"
+    assert main(["--suite", "blockwise", "--shapes", "3x4096x7168,2048x576x7168", "--all-kernels", "--quiet",
+                 "--json", str(path)]) == 0
+    assert seen["rows"] == rows and seen["all_kernels"] is True
+    summary = json.loads(path.read_text())["summary"]
+    assert summary["custom M<=128"]["vs torch blockwise"]["geomean"] == pytest.approx(1.1)
+    assert summary["custom all"]["rows"] == 2 and not any(k.startswith(("tune", "heldout")) for k in summary)
+
+
 def test_suite_record_names_the_settings_that_change_what_runs(monkeypatch):
     from fp8ext.bench import common
 

@@ -13,7 +13,7 @@ import torch
 from .. import ops
 from ..testing import check_against_reference
 from . import suites  # noqa: F401  (registers the suites)
-from .common import make_operands, suite_record
+from .common import make_operands, parse_shapes, suite_record
 from .registry import SUITES, Suite
 
 # The shared options that a suite may give its own default (Suite.defaults).
@@ -26,8 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m fp8ext.bench", description=doc,
                                 epilog=f"suites:\n{listing}", formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", default="quick", choices=list(SUITES), help="what to measure (default: quick)")
-    p.add_argument("--split", choices=["tune", "heldout"], help="zoo suite: one part only (default: both)")
-    p.add_argument("--shapes", help="custom suite: MxNxK[,MxNxK...]")
+    p.add_argument("--split", choices=["tune", "heldout"],
+                   help="zoo and blockwise suites: one part only (default: both)")
+    p.add_argument("--shapes", help="custom and blockwise suites: these shapes only, MxNxK[,MxNxK...]")
     p.add_argument("--accum", default=None, help="fast, precise or both (default, or the suite's own)")
     p.add_argument("--json", help="write the record (header: commit, GPU, torch, CUDA, date, suite, host; then the "
                                   "method, summary and rows) to this file")
@@ -98,6 +99,17 @@ def main(argv=None) -> int:
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     suite = SUITES[args.suite]
+    for option in ("shapes", "split"):
+        if getattr(args, option) is not None and option not in suite.takes:
+            takers = ", ".join(s.name for s in SUITES.values() if option in s.takes)
+            p.error(f"--{option} is not an option of --suite {suite.name} (it is of: {takers})")
+    if args.shapes is not None and args.split is not None:
+        p.error("--shapes and --split choose the rows two ways: give one")
+    if args.shapes is not None:
+        try:
+            parse_shapes(args.shapes)
+        except ValueError as e:
+            p.error(str(e))
     for key, value in {**SHARED_DEFAULTS, **suite.defaults}.items():
         if getattr(args, key) is None:
             setattr(args, key, value)

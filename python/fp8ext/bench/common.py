@@ -34,10 +34,20 @@ FP8_DENSE_TFLOPS = 1979.0  # vendor datasheet, dense FP8 (a lead, not a measurem
 
 
 def parse_shapes(shapes: str) -> list[tuple[int, int, int]]:
-    """'MxNxK[,MxNxK...]' as a list of (M, N, K)."""
+    """'MxNxK[,MxNxK...]' as a list of (M, N, K); ValueError, naming the item, for one that is not three positive
+    integers or whose N or K is not a multiple of 16 (the op's contract)."""
     out = []
-    for s in shapes.split(","):
-        m, n, k = (int(x) for x in s.lower().split("x"))
+    for item in shapes.split(","):
+        parts = item.strip().lower().split("x")
+        try:
+            m, n, k = (int(x) for x in parts)
+        except ValueError:
+            raise ValueError(f"--shapes: {item.strip()!r} is not MxNxK (three integers, e.g. 4096x7168x2048)") from None
+        if min(m, n, k) < 1:
+            raise ValueError(f"--shapes: {item.strip()!r}: M, N and K must be at least 1")
+        if n % 16 or k % 16:
+            raise ValueError(f"--shapes: {item.strip()!r}: N and K must be multiples of 16, as fp8ext.scaled_mm "
+                             "requires")
         out.append((m, n, k))
     return out
 

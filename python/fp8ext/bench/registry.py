@@ -26,6 +26,9 @@ class Suite:
     summary_title: str = ""
     options: dict = field(default_factory=dict)  # its own command-line options: flag -> argparse keywords
     defaults: dict = field(default_factory=dict)  # its defaults for the shared options left unset (rep_ms)
+    # The shared options that choose rows and that it reads ("shapes", "split"); the CLI refuses the others for it,
+    # rather than measure something other than what was asked.
+    takes: tuple = ()
 
 
 SUITES: dict[str, Suite] = {}

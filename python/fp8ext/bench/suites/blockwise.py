@@ -3,14 +3,15 @@ torch._scaled_mm block-wise on the same tensors, and against fp8ext's own row-wi
 
 Two parts, as for the row-wise dispatch: the tuning part is DeepSeek-V3's dense and expert layers (what the
 block-wise dispatch's constants were chosen on: blockwise_dispatch.h), timed with every block-scaled kernel forced
-as well; the held-out part is the zoo's held-out rows (fp8ext.zoo), which nothing that picks kernels reads."""
+as well; the held-out part is the zoo's held-out rows (fp8ext.zoo), which nothing that picks kernels reads.
+--shapes measures the given shapes instead (a model's own: the rows' split is "custom")."""
 from __future__ import annotations
 
 import torch
 
 from ... import ops
 from ...testing import check_against_reference, random_blockwise_operands, random_scales
-from ..common import geomean, print_rows, ratio, timed_or_failed
+from ..common import geomean, parse_shapes, print_rows, ratio, timed_or_failed
 from ..registry import register_suite
 from ..timing import TIMER_METHOD, Timer, progress as progress_bar
 
@@ -25,7 +26,9 @@ DEEPSEEK_M = [1, 4, 16, 32, 64, 128, 512, 1024, 4096, 16384]
 GROUPS = (("M<=128", lambda m: m <= 128), ("128<M<1024", lambda m: 128 < m < 1024), ("M>=1024", lambda m: m >= 1024))
 
 
-def blockwise_rows(split: str | None) -> list[dict]:
+def blockwise_rows(split: str | None, shapes: str | None = None) -> list[dict]:
+    if shapes is not None:
+        return [{"M": m, "N": n, "K": k, "weight": "--shapes", "split": "custom"} for m, n, k in parse_shapes(shapes)]
     rows = []
     if split in (None, "tune"):
         rows += [{"M": m, "N": n, "K": k, "weight": f"deepseek-v3.{name}", "split": "tune"}
@@ -77,7 +80,7 @@ def run_blockwise(rows: list[dict], timer: Timer, all_kernels: bool, check: bool
         record = {**row, "kernel": ops.selected_blockwise_kernel(M, N, K), **timed_or_failed(timer, fns, rounds)}
         if torch_wrong is not None:
             record["torch_blockwise_wrong"] = torch_wrong
-        if all_kernels and row["split"] == "tune":
+        if all_kernels and row["split"] in ("tune", "custom"):
             per = {}
             for k in kernels:
                 with ops.force_kernel(k):
@@ -114,7 +117,7 @@ def summarize(rows: list[dict], torch_why: str) -> dict:
     below 0.90x; the rows where torch's result was wrong; for the tuning part, how far the dispatch's pick is from
     the fastest kernel (geomean and worst of its time / the best kernel's)."""
     out = {"torch._scaled_mm block-wise": "available" if not torch_why else f"unavailable: {torch_why}"}
-    for split in ("tune", "heldout"):
+    for split in ("tune", "heldout", "custom"):
         for gname, pred in GROUPS + (("all", lambda m: True),):
             group = [r for r in rows if r["split"] == split and pred(r["M"])]
             if not group:
@@ -161,13 +164,16 @@ def print_table(rows: list[dict]) -> None:
 
 
 @register_suite("blockwise", help="block-scaled GEMMs (DeepSeek-V3 layers, zoo held-out rows) against torch "
-                "block-wise and fp8ext row-wise (--split)", summary_title="geomean speed-up of fp8ext block-wise "
+                "block-wise and fp8ext row-wise (--split, or --shapes)", takes=("shapes", "split"),
+                summary_title="geomean speed-up of fp8ext block-wise "
                 "(peer time / fp8ext time)", options={"--all-kernels": dict(action="store_true", help=(
-                    "blockwise suite: also time every bf16 block-scaled kernel forced, on the tuning part"))},
+                    "blockwise suite: also time every bf16 block-scaled kernel forced, on the tuning part or the "
+                    "--shapes rows"))},
                 defaults={"rep_ms": 60})
 def blockwise(args) -> dict:
-    rows, torch_why = run_blockwise(blockwise_rows(args.split), Timer(rep_ms=args.rep_ms), args.all_kernels,
-                                    check=not args.no_check, progress=not args.quiet, rounds=args.rounds)
+    rows, torch_why = run_blockwise(blockwise_rows(args.split, args.shapes), Timer(rep_ms=args.rep_ms),
+                                    args.all_kernels, check=not args.no_check, progress=not args.quiet,
+                                    rounds=args.rounds)
     print_table(rows)
     return {"method": f"{TIMER_METHOD}, {args.rounds} interleaved rounds of {args.rep_ms} ms per peer; "
                       "fresh random e4m3 operands and positive scales in torch's layouts per row; bf16 output, "

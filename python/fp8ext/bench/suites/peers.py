@@ -160,4 +160,5 @@ for _name, _help in (("quick", "7 shapes across decode and prefill (the default)
                      ("llama", "12 Llama-3 weight shapes x 12 M values"),
                      ("inductor", "the 7 shapes of the torch.compile baseline"),
                      ("custom", "the shapes of --shapes")):
-    register_suite(_name, help=_help, cpu_demo=True, plot=plot, summary_title=SPEEDUP_TITLE)(peers)
+    register_suite(_name, help=_help, cpu_demo=True, plot=plot, summary_title=SPEEDUP_TITLE,
+                   takes=("shapes",) if _name == "custom" else ())(peers)

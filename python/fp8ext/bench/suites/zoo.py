@@ -131,7 +131,7 @@ def plot_zoo(rows: list[dict], path: str) -> bool:
 
 
 @register_suite("zoo", help="other models' weights and odd M, tuning and held-out parts (--split)", cpu_demo=True,
-                plot=plot_zoo, summary_title=SPEEDUP_TITLE)
+                plot=plot_zoo, summary_title=SPEEDUP_TITLE, takes=("split",))
 def zoo(args) -> dict:
     from ...zoo import zoo_rows
 
