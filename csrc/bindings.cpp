@@ -1,6 +1,7 @@
 // The ops' schemas, and the Python module that loads them. The backends register themselves: scaled_mm in
 // scaled_mm_cpu.cpp and scaled_mm_cuda.cpp, quantize_rowwise in quantize_rowwise_op.cpp (CPU) and
-// quantize_rowwise_cuda.cpp, linear in scaled_mm_cuda.cpp (CUDA; its CPU backend is the two ops in turn, in
+// quantize_rowwise_cuda.cpp, quantize_blockwise (1 x 128 groups) likewise in quantize_blockwise_op.cpp and
+// quantize_blockwise_cuda.cpp, linear in scaled_mm_cuda.cpp (CUDA; its CPU backend is the two ops in turn, in
 // python/fp8ext/ops.py), the internal ops without tensors in internal_ops.cpp and scaled_mm_cuda.cpp. The
 // fake (meta) implementations and the autograd guards (which refuse inputs that require grad: the ops have no
 // backward) are Python, in python/fp8ext/ops.py and quantize.py: the stable ABI can neither read requires_grad
@@ -22,6 +23,8 @@ STABLE_TORCH_LIBRARY(fp8ext, m) {
   m.def(
       "_check_quantize_rowwise_meta(int[] sizes, int[] strides, ScalarType x_dtype, ScalarType? dtype, "
       "float? scale_ub) -> ()");
+  m.def("quantize_blockwise(Tensor x, ScalarType? dtype=None) -> (Tensor, Tensor)");
+  m.def("_check_quantize_blockwise_meta(int[] sizes, int[] strides, ScalarType x_dtype, ScalarType? dtype) -> ()");
   m.def(
       "linear(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias=None, bool use_fast_accum=True) -> Tensor");
   m.def(

@@ -12,6 +12,7 @@
 #include <torch/csrc/stable/library.h>
 
 #include "linear_op.h"
+#include "quantize_blockwise_op.h"
 #include "quantize_rowwise_op.h"
 #include "scaled_mm_checks.h"
 #include "sm90/autotune_cache.h"
@@ -73,6 +74,11 @@ void check_quantize_rowwise_meta_op(std::vector<int64_t> sizes, std::vector<int6
   check_quantize_rowwise(sizes, strides, x_dtype, dtype, scale_ub);
 }
 
+void check_quantize_blockwise_meta_op(std::vector<int64_t> sizes, std::vector<int64_t> strides, ScalarType x_dtype,
+                                      std::optional<ScalarType> dtype) {
+  check_quantize_blockwise(sizes, strides, x_dtype, dtype);
+}
+
 // Returns (why the file is unusable or "", [bucket0, kernel0, bucket1, kernel1, ...]); a missing file is no error
 // and has no entries.
 std::tuple<std::string, std::vector<std::string>> autotune_cache_read(std::string path) {
@@ -95,6 +101,7 @@ std::string autotune_cache_write(std::string path, std::vector<std::string> buck
 STABLE_TORCH_LIBRARY_IMPL(fp8ext, CompositeExplicitAutograd, m) {
   m.impl("_check_scaled_mm_meta", TORCH_BOX(&check_scaled_mm_meta_op));
   m.impl("_check_quantize_rowwise_meta", TORCH_BOX(&check_quantize_rowwise_meta_op));
+  m.impl("_check_quantize_blockwise_meta", TORCH_BOX(&check_quantize_blockwise_meta_op));
   m.impl("_check_linear_meta", TORCH_BOX(&check_linear_meta_op));
   m.impl("_autotune_cache_read", TORCH_BOX(&autotune_cache_read));
   m.impl("_autotune_cache_write", TORCH_BOX(&autotune_cache_write));

@@ -30,24 +30,11 @@
 #include <cuda_runtime.h>
 
 #include "grid_dependency.cuh"
+#include "quantize_common.cuh"
 #include "quantize_rowwise.h"
 
 namespace fp8ext {
 namespace {
-
-constexpr unsigned kFullMask = 0xffffffffu;
-
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(float v) { return v; }
-
-// |x| as an integer key: x's bits with the sign cleared. Keys of an IEEE format order as unsigned integers the way
-// the values' |x| do, and every NaN's key is above +inf's, so the integer max of the keys is the key of the row's
-// amax with NaN propagated: max(|x|) is a few integer instructions a pack, with no float compares, and a row's
-// threads reduce it with redux.sync. Keys are 16-bit for bf16 and fp16 and 32-bit for fp32.
-__device__ __forceinline__ uint32_t abs_key(__nv_bfloat16 v) { return __bfloat16_as_ushort(v) & 0x7fffu; }
-__device__ __forceinline__ uint32_t abs_key(__half v) { return __half_as_ushort(v) & 0x7fffu; }
-__device__ __forceinline__ uint32_t abs_key(float v) { return __float_as_uint(v) & 0x7fffffffu; }
 
 // The largest key of a 16-byte pack (four 32-bit words): for 16-bit inputs the words' two halves are keyed and
 // compared at once (max.u16x2), then the two halves of the result.
@@ -60,39 +47,6 @@ __device__ __forceinline__ uint32_t pack_key(const uint4& v) {
   } else {
     constexpr uint32_t kAbs = 0x7fffffffu;
     return max(max(v.x & kAbs, v.y & kAbs), max(v.z & kAbs, v.w & kAbs));
-  }
-}
-
-// The float value of a key: the row's amax.
-template <typename In>
-__device__ __forceinline__ float key_value(uint32_t key) {
-  if constexpr (std::is_same_v<In, __nv_bfloat16>) {
-    return __uint_as_float(key << 16);  // bfloat16 is the top half of a float32
-  } else if constexpr (std::is_same_v<In, __half>) {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(key)));
-  } else {
-    return __uint_as_float(key);
-  }
-}
-
-// q for two values, x * inv each, cast with round to nearest even: a in the low byte, b in the high byte. The cast
-// saturates finite values and infinities to +-FP8_MAX and keeps NaN (SATFINITE), which is the formula's clamp: the
-// CPU path clamps first, and both give the same bits.
-template <__nv_fp8_interpretation_t kFormat>
-__device__ __forceinline__ uint32_t fp8x2(float a, float b, float inv) {
-  return __nv_cvt_float2_to_fp8x2(make_float2(a * inv, b * inv), __NV_SATFINITE, kFormat);
-}
-
-// q for one 32-bit word of 16-bit inputs: two values, two bytes.
-template <typename In, __nv_fp8_interpretation_t kFormat>
-__device__ __forceinline__ uint32_t fp8x2_of_word(uint32_t w, float inv) {
-  if constexpr (std::is_same_v<In, __nv_bfloat16>) {
-    return fp8x2<kFormat>(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u), inv);
-  } else {
-    __half2 h;
-    memcpy(&h, &w, sizeof(w));
-    const float2 f = __half22float2(h);
-    return fp8x2<kFormat>(f.x, f.y, inv);
   }
 }
 
@@ -121,9 +75,6 @@ __device__ __forceinline__ __nv_fp8_storage_t scaled(const In& v, float inv) {
 __host__ __device__ constexpr int cta_threads(int threads_per_row) {
   return threads_per_row < 256 ? 256 : threads_per_row;
 }
-
-template <__nv_fp8_interpretation_t kFormat>
-constexpr float kFp8Max = kFormat == __NV_E4M3 ? kE4M3Max : kE5M2Max;
 
 // Row r's start when x has an outer stride (3-D, not collapsible to 2-D): a 64-bit division, a long subroutine,
 // kept out of line so that the common path's code stays short (see the top of the file).
@@ -322,21 +273,13 @@ cudaError_t launch_typed(const QuantizeRowwiseParams& p, cudaStream_t stream) {
   return aligned ? launch_aligned<In, kFormat>(p, stream) : launch_unaligned<In, kFormat>(p, stream);
 }
 
-template <__nv_fp8_interpretation_t kFormat>
-cudaError_t launch_format(const QuantizeRowwiseParams& p, cudaStream_t stream) {
-  switch (p.src) {
-    case QuantSrc::kBF16: return launch_typed<__nv_bfloat16, kFormat>(p, stream);
-    case QuantSrc::kFP16: return launch_typed<__half, kFormat>(p, stream);
-    case QuantSrc::kFP32: return launch_typed<float, kFormat>(p, stream);
-  }
-  return cudaErrorInvalidValue;
-}
-
 }  // namespace
 
 cudaError_t launch_quantize_rowwise(const QuantizeRowwiseParams& p, cudaStream_t stream) {
   if (p.rows == 0) return cudaSuccess;
-  return p.dst == QuantDst::kE4M3 ? launch_format<__NV_E4M3>(p, stream) : launch_format<__NV_E5M2>(p, stream);
+  return launch_by_types(p, [&]<typename In, __nv_fp8_interpretation_t kFormat>() {
+    return launch_typed<In, kFormat>(p, stream);
+  });
 }
 
 }  // namespace fp8ext

@@ -153,6 +153,83 @@ def test_quantize_blockwise_rejects():
         fp8ext.quantize_blockwise(torch.randn(4, 128).double())
 
 
+def _activations(M, K, dtype, device="cpu"):
+    """Fresh activations whose groups span many binades, with a NaN, an all-zero group and an infinity planted where
+    the shape has room (each is its own group's case)."""
+    x = torch.randn(M, K, device=device) * torch.exp2(torch.randint(-10, 10, (M, 1), device=device).float())
+    if M >= 3 and K >= 256:
+        x[0, 3] = float("nan")
+        x[1, 128:256] = 0.0
+        x[2, 200] = float("inf")
+    return x.to(dtype)
+
+
+def _same_quantization(got, want):
+    """q equal byte for byte but for NaN's sign bit (a NaN's sign is the platform's: the GPU's arithmetic returns
+    +NaN, the CPU's keeps an operand's), the scales equal with NaN in the same places, and torch's (M, G) layout,
+    strides (1, M)."""
+    (q, s), (q2, s2) = got, want
+    assert q.dtype == q2.dtype and q.shape == q2.shape and q.is_contiguous()
+    nan, nan2 = q.float().isnan().cpu(), q2.float().isnan().cpu()
+    assert torch.equal(nan, nan2)
+    assert torch.equal(q.view(torch.uint8).cpu()[~nan], q2.view(torch.uint8).cpu()[~nan2])
+    assert s.shape == s2.shape and torch.equal(s.isnan().cpu(), s2.isnan().cpu())
+    assert torch.equal(s.nan_to_num(0.0).cpu(), s2.nan_to_num(0.0).cpu())
+    M, G = s.shape
+    assert M <= 1 or (s.stride(0) == 1 and (G == 1 or s.stride(1) == M))
+
+
+QUANT_SHAPES = [(1, 128), (3, 4096), (5, 4112), (7, 208), (33, 7168), (0, 256)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("fp8", [E4M3, torch.float8_e5m2])
+@pytest.mark.parametrize("M,K", QUANT_SHAPES)
+def test_fused_quantize_blockwise_equals_the_composed_ops(M, K, dtype, fp8):
+    # The fused op (K a multiple of 16, the last dimension contiguous) and the torch ops compute the same bits,
+    # NaN, inf and all-zero groups and a partial last group included.
+    from fp8ext.quantize import _quantize_blocks_composed
+
+    x = _activations(M, K, dtype)
+    _same_quantization(torch.ops.fp8ext.quantize_blockwise(x, fp8), _quantize_blocks_composed(x, (1, 128), fp8))
+    _same_quantization(fp8ext.quantize_blockwise(x, dtype=fp8), _quantize_blocks_composed(x, (1, 128), fp8))
+
+
+def test_quantize_blockwise_takes_rows_apart_and_leaves_the_rest_to_torch_ops():
+    from fp8ext.quantize import _quantize_blocks_composed
+
+    wide = _activations(6, 1030, torch.bfloat16)
+    for x in (wide[:, :512], wide[:, 2:514]):  # rows apart (the fused op), and a start off 16 bytes
+        _same_quantization(torch.ops.fp8ext.quantize_blockwise(x), _quantize_blocks_composed(x, (1, 128), E4M3))
+    # What the op refuses goes through torch ops, with the same formula: K not a multiple of 16, a strided last
+    # dimension.
+    for x in (_activations(4, 100, torch.float32), wide[:, :1024:2]):
+        _same_quantization(fp8ext.quantize_blockwise(x), _quantize_blocks_composed(x, (1, 128), E4M3))
+
+
+@pytest.mark.parametrize("x, message", [
+    (torch.randn(4, 100), r"x: K = 100 \(the last dimension\) must be a positive multiple of 16"),
+    (torch.randn(2, 3, 128), r"x: expected a 2-D \[M, K\] tensor, got a 3-D tensor of shape \[2, 3, 128\]"),
+    (torch.randn(4, 256).double(), "x: expected dtype torch.bfloat16, torch.float16 or torch.float32"),
+    (torch.randn(256, 4).t(), r"x: the last dimension must be contiguous \(stride 1\)"),
+])
+def test_quantize_blockwise_op_rejects(x, message):
+    with pytest.raises(RuntimeError, match="fp8ext.quantize_blockwise: " + message):
+        torch.ops.fp8ext.quantize_blockwise(x)
+    with pytest.raises(RuntimeError, match="fp8ext.quantize_blockwise: dtype: expected torch.float8_e4m3fn"):
+        torch.ops.fp8ext.quantize_blockwise(torch.randn(4, 128), torch.bfloat16)
+
+
+def test_quantize_blockwise_op_is_a_proper_op_cpu():
+    for args in ((torch.randn(5, 384).bfloat16(),), (torch.randn(3, 400), torch.float8_e5m2)):
+        torch.library.opcheck(torch.ops.fp8ext.quantize_blockwise.default, args)
+    x = torch.randn(9, 640).bfloat16()
+    compiled = torch.compile(lambda t: fp8ext.quantize_blockwise(t), fullgraph=True)
+    _same_quantization(compiled(x), fp8ext.quantize_blockwise(x))
+    with pytest.raises(RuntimeError, match="x: requires grad, but fp8ext.quantize_blockwise is not differentiable"):
+        fp8ext.quantize_blockwise(torch.randn(4, 256, requires_grad=True))
+
+
 def test_quantized_model_layer_end_to_end_cpu():
     # The whole recipe: a bf16 layer quantized block-wise is close to its bf16 result.
     x = torch.randn(32, 512).bfloat16()
@@ -652,3 +729,41 @@ def test_forced_kernel_kinds_do_not_mix():
     with fp8ext.force_kernel(fp8ext.blockwise_kernel_names()[0]), \
             pytest.raises(RuntimeError, match="takes block-wise scales and does not compute this call"):
         fp8ext.scaled_mm(ra, rb, rsa, rsb)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("fp8", [E4M3, torch.float8_e5m2])
+@pytest.mark.parametrize("M,K", QUANT_SHAPES + [(1000, 7168), (4, 29568)])
+def test_quantize_blockwise_kernel_equals_the_cpu_path(M, K, dtype, fp8):
+    x = _activations(M, K, dtype, device=DEV)
+    got = torch.ops.fp8ext.quantize_blockwise(x, fp8)
+    assert got[0].device.type == "cuda" and got[1].device.type == "cuda"
+    _same_quantization(got, torch.ops.fp8ext.quantize_blockwise(x.cpu(), fp8))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_quantize_blockwise_kernel_rows_apart_and_unaligned(dtype):
+    # Rows a vector access apart (one load a lane) and rows that are not (four loads a lane), and a base pointer
+    # off the vector's alignment: the same bits as the CPU path.
+    wide = _activations(37, 1030, dtype, device=DEV)
+    for x in (wide[:, :1024], wide[:, 2:514], wide[:, 4:516], wide[:1, 2:514]):
+        _same_quantization(torch.ops.fp8ext.quantize_blockwise(x), torch.ops.fp8ext.quantize_blockwise(x.cpu()))
+
+
+@pytest.mark.gpu
+def test_quantize_blockwise_kernel_in_graphs_compile_and_opcheck():
+    x = _activations(8, 7168, torch.bfloat16, device=DEV)
+    torch.library.opcheck(torch.ops.fp8ext.quantize_blockwise.default, (x,))
+    fp8ext.quantize_blockwise(x)  # warm-up outside capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        q, s = fp8ext.quantize_blockwise(x)
+    for _ in range(2):
+        x.copy_(_activations(8, 7168, torch.bfloat16, device=DEV))
+        graph.replay()
+        torch.cuda.synchronize()
+        _same_quantization((q, s), torch.ops.fp8ext.quantize_blockwise(x.cpu()))
+    compiled = torch.compile(lambda t: fp8ext.quantize_blockwise(t), fullgraph=True)
+    _same_quantization(compiled(x), torch.ops.fp8ext.quantize_blockwise(x))

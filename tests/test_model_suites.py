@@ -308,6 +308,14 @@ def test_quantize_summary():
     assert quantize_suite.summarize(rows)["small M acceptance (<= 1.2)"] == "incomplete"
 
 
+def test_quantize_blockwise_part_arithmetic():
+    # One scale per 1 x 128 group: 7168 / 128 = 56 of them a row.
+    assert quantize_suite.bytes_moved(16, 7168, torch.bfloat16, 56) == 16 * 7168 * 3 + 16 * 56 * 4
+    rows = [{"part": "blockwise", "M": 16, "K": 7168, "speedup_over_composed": 6.0, "fraction_of_copy": 0.5}]
+    s = quantize_suite.summarize_blockwise(rows)
+    assert s == {"blockwise 16x7168: fused / torch ops speed-up, fraction of copy": [6.0, 0.5]}
+
+
 # ---- linear ---------------------------------------------------------------------------------------------------
 
 def test_linear_rows_and_summary():

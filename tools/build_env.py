@@ -140,13 +140,15 @@ def kernel_sources() -> list[Path]:
 
 def sources(with_cuda: bool) -> list[Path]:
     # The autotune cache file's I/O is plain C++ and in every build: the CPU-only one reads and tests it too.
-    # quantize_rowwise_op.cpp (its checks and CPU path) and linear_checks.cpp too; their CUDA entries and the
-    # quantize kernel only with CUDA.
+    # quantize_{rowwise,blockwise}_op.cpp (their checks and CPU paths) and linear_checks.cpp too; their CUDA entries
+    # and the quantize kernels only with CUDA.
     srcs = [CSRC / "bindings.cpp", CSRC / "internal_ops.cpp", CSRC / "op_errors.cpp", CSRC / "scaled_mm_checks.cpp",
             CSRC / "scaled_mm_cpu.cpp",
-            CSRC / "sm90" / "autotune_cache.cpp", CSRC / "quantize_rowwise_op.cpp", CSRC / "linear_checks.cpp"]
+            CSRC / "sm90" / "autotune_cache.cpp", CSRC / "quantize_rowwise_op.cpp", CSRC / "quantize_blockwise_op.cpp",
+            CSRC / "linear_checks.cpp"]
     if with_cuda:
-        srcs += [CSRC / "quantize_rowwise_cuda.cpp", CSRC / "quantize_rowwise.cu"]
+        srcs += [CSRC / "quantize_rowwise_cuda.cpp", CSRC / "quantize_rowwise.cu",
+                 CSRC / "quantize_blockwise_cuda.cpp", CSRC / "quantize_blockwise.cu"]
         srcs += [CSRC / "scaled_mm_cuda.cpp", CSRC / "sm90" / "kernel_registry.cpp", CSRC / "sm90" / "dispatch.cpp",
                  CSRC / "sm90" / "cost_model.cpp", CSRC / "sm90" / "autotune.cpp",
                  CSRC / "sm90" / "blockwise_registry.cpp", CSRC / "sm90" / "blockwise_dispatch.cpp"]

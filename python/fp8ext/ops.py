@@ -173,6 +173,7 @@ def _register_autograd_guard(name: str, tensor_args: tuple[str, ...]) -> None:
 
 _register_autograd_guard("scaled_mm", ("a", "b", "scale_a", "scale_b", "bias"))
 _register_autograd_guard("quantize_rowwise", ("x",))
+_register_autograd_guard("quantize_blockwise", ("x",))
 _register_autograd_guard("linear", ("x", "weight", "weight_scale", "bias"))
 _IMPL.impl("linear", _linear_cpu, "CPU")
 

@@ -1,8 +1,10 @@
-"""Row-wise FP8 quantization (`fp8ext.quantize_rowwise`) and the FBGEMM-style GEMM entry (`fp8ext.f8f8bf16_rowwise`).
+"""FP8 quantization, row-wise (`fp8ext.quantize_rowwise`) and block-wise (`fp8ext.quantize_blockwise`), and the
+FBGEMM-style GEMM entry (`fp8ext.f8f8bf16_rowwise`).
 
-`torch.ops.fp8ext.quantize_rowwise` is defined in C++ (csrc/bindings.cpp, CPU path in
-csrc/quantize_rowwise_op.cpp, CUDA kernel in csrc/quantize_rowwise.cu); this module adds its fake implementation
-and the documented Python entries. docs/model_path.md describes the numerics.
+`torch.ops.fp8ext.quantize_rowwise` and `torch.ops.fp8ext.quantize_blockwise` (1 x 128 groups) are defined in C++
+(csrc/bindings.cpp; CPU paths in csrc/quantize_{rowwise,blockwise}_op.cpp, CUDA kernels in
+csrc/quantize_{rowwise,blockwise}.cu); this module adds their fake implementations and the documented Python
+entries. docs/model_path.md and docs/blockwise.md describe the numerics.
 """
 from __future__ import annotations
 
@@ -70,8 +72,11 @@ def quantize_blockwise(x: torch.Tensor, block: tuple[int, int] = (1, 128),
     ``[ceil(N / 128), ceil(K / 128)]``, contiguous (the layout of DeepSeek's ``weight_scale_inv``); pass
     ``b = x_fp8.t()`` and ``scale_b = scale.t()``.
 
-    A partial last group or block (K or N not a multiple of 128) is scaled by its own values. Composed of torch
-    ops: runs on any device, under ``torch.compile`` and in CUDA graphs, with no host sync.
+    A partial last group or block (K or N not a multiple of 128) is scaled by its own values. Activations whose
+    K is a multiple of 16 with a contiguous last dimension (any row stride) go through one fused op,
+    ``torch.ops.fp8ext.quantize_blockwise`` (a CUDA kernel, csrc/quantize_blockwise.cu, and a CPU path), which
+    allocates only the two outputs; weights and other activations through torch ops. Both compute the same bits,
+    on any device, under ``torch.compile`` and in CUDA graphs, with no host sync. Not differentiable.
     """
     if block not in ((1, BLOCK), (BLOCK, BLOCK)):
         raise ValueError(f"fp8ext.quantize_blockwise: block must be (1, 128) (activations) or (128, 128) "
@@ -83,6 +88,21 @@ def quantize_blockwise(x: torch.Tensor, block: tuple[int, int] = (1, 128),
         raise ValueError(f"fp8ext.quantize_blockwise: expected a 2-D tensor [R, C], got shape {list(x.shape)}")
     if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise ValueError(f"fp8ext.quantize_blockwise: expected a bfloat16, float16 or float32 tensor, got {x.dtype}")
+    if block == (1, BLOCK) and _fused_groups(x):
+        return torch.ops.fp8ext.quantize_blockwise(x, dtype)
+    return _quantize_blocks_composed(x, block, dtype)
+
+
+def _fused_groups(x: torch.Tensor) -> bool:
+    """Whether torch.ops.fp8ext.quantize_blockwise takes these activations: K a positive multiple of 16, the last
+    dimension contiguous (its checks, quantize_blockwise_op.cpp)."""
+    K = x.shape[1]
+    return K > 0 and K % 16 == 0 and (x.shape[0] == 0 or x.stride(1) == 1)
+
+
+def _quantize_blocks_composed(x: torch.Tensor, block: tuple[int, int], dtype: torch.dtype):
+    """quantize_blockwise in torch ops: the weights' 128 x 128 blocks, activations the fused op does not take, and
+    the reference the tests hold the fused op to."""
     fp8_max = _FP8_MAX[dtype]
     rows, cols = x.shape
     br, bc = block
@@ -98,6 +118,16 @@ def quantize_blockwise(x: torch.Tensor, block: tuple[int, int] = (1, 128),
     if br == 1:
         scale = scale.t().contiguous().t()  # [M, G] with strides (1, M), torch's layout for scale_a
     return q, scale
+
+
+@torch.library.register_fake("fp8ext::quantize_blockwise")
+def _quantize_blockwise_fake(x, dtype=None):
+    # The C++ validation on the traced tensor's metadata, as for quantize_rowwise.
+    torch.ops.fp8ext._check_quantize_blockwise_meta([_size_hint(s) for s in x.shape],
+                                                    [_size_hint(s) for s in x.stride()], x.dtype, dtype)
+    M, K = x.shape
+    q = x.new_empty((M, K), dtype=E4M3 if dtype is None else dtype)
+    return q, x.new_empty((-(-K // BLOCK), M), dtype=torch.float32).t()
 
 
 @torch.library.register_fake("fp8ext::quantize_rowwise")

@@ -16,6 +16,10 @@ interleaved turns), on fresh random inputs.
 
 Both parts also time the formula in plain eager torch ops (amax, scale, divide, clamp, cast: several kernels) as a
 peer, for information.
+
+  - blockwise: fp8ext.quantize_blockwise of bf16 activations (one scale per 1 x 128 group, the fused op) at
+    K = 7168 (DeepSeek-V3's hidden size) and M from decode to prefill, against the same formula in torch ops
+    (fp8ext's composed path, which it replaced for such inputs) and a copy of the same bytes. For information.
 """
 from __future__ import annotations
 
@@ -23,8 +27,9 @@ from typing import Optional
 
 import torch
 
-from ... import quantize_rowwise
-from ..common import acceptance, ratio, timed_or_failed, torch_quantize_rowwise
+from ... import quantize_blockwise, quantize_rowwise
+from ...quantize import _quantize_blocks_composed
+from ..common import E4M3, acceptance, ratio, timed_or_failed, torch_quantize_rowwise
 from ..registry import register_suite
 from ..timing import TIMER_METHOD, Timer
 
@@ -35,9 +40,14 @@ MIN_COPY_FRACTION = 0.85  # acceptance: bf16 bandwidth rows at this fraction of 
 MAX_EMPTY_RATIO = 1.2  # acceptance: small-M rows within this factor of an empty launch
 
 
-def bytes_moved(M: int, K: int, dtype: torch.dtype) -> int:
-    """What one quantize_rowwise of an [M, K] input must move: the input, the FP8 output, the float32 scales."""
-    return M * K * torch.empty((), dtype=dtype).element_size() + M * K + M * 4
+BLOCKWISE_M = (1, 16, 128, 1024, 8192)
+BLOCKWISE_K = 7168
+
+
+def bytes_moved(M: int, K: int, dtype: torch.dtype, scales_per_row: int = 1) -> int:
+    """What one quantization of an [M, K] input must move: the input, the FP8 output, the float32 scales (one per
+    row, or one per 1 x 128 group: scales_per_row = ceil(K / 128))."""
+    return M * K * torch.empty((), dtype=dtype).element_size() + M * K + M * scales_per_row * 4
 
 
 def gbps(nbytes: int, us) -> Optional[float]:
@@ -45,10 +55,11 @@ def gbps(nbytes: int, us) -> Optional[float]:
     return r * 1e6 / 1e9 if r is not None else None
 
 
-def same_bytes_copy(x: torch.Tensor):
-    """A device-to-device copy that moves what quantize_rowwise(x) moves: half of bytes_moved read, half written
-    (uint8 dst.copy_(src), buffers of their own)."""
-    src = torch.randint(0, 256, (bytes_moved(*x.shape, x.dtype) // 2,), device=x.device, dtype=torch.uint8)
+def same_bytes_copy(x: torch.Tensor, scales_per_row: int = 1):
+    """A device-to-device copy that moves what quantizing x moves: half of bytes_moved read, half written (uint8
+    dst.copy_(src), buffers of their own)."""
+    n = bytes_moved(*x.shape, x.dtype, scales_per_row) // 2
+    src = torch.randint(0, 256, (n,), device=x.device, dtype=torch.uint8)
     dst = torch.empty_like(src)
     return lambda: dst.copy_(src)
 
@@ -133,15 +144,38 @@ def measure_small_m(timer: Timer, rounds: int) -> list[dict]:
     return rows
 
 
-@register_suite("quantize", help="quantize_rowwise: fraction of copy bandwidth, small M against an empty launch",
-                defaults={"rep_ms": 60})
+def measure_blockwise(timer: Timer, rounds: int) -> list[dict]:
+    rows = []
+    groups = -(-BLOCKWISE_K // 128)
+    for M in BLOCKWISE_M:
+        x = torch.randn(M, BLOCKWISE_K, device="cuda", dtype=torch.bfloat16)
+        times = timed_or_failed(timer, {"fp8ext_us": lambda: quantize_blockwise(x),
+                                        "composed_us": lambda: _quantize_blocks_composed(x, (1, 128), E4M3),
+                                        "copy_us": same_bytes_copy(x, groups)}, rounds)
+        rows.append({"part": "blockwise", "M": M, "K": BLOCKWISE_K, "dtype": "bfloat16", **times,
+                     "speedup_over_composed": ratio(times.get("composed_us"), times.get("fp8ext_us")),
+                     "fraction_of_copy": ratio(times.get("copy_us"), times.get("fp8ext_us"))})
+        print(f"blockwise {M}x{BLOCKWISE_K}: fp8ext {times['fp8ext_us']} us, torch ops {times['composed_us']} us, "
+              f"copy {times['copy_us']} us", flush=True)
+        del x
+    return rows
+
+
+def summarize_blockwise(rows: list[dict]) -> dict:
+    return {f"blockwise {r['M']}x{r['K']}: fused / torch ops speed-up, fraction of copy":
+            [r.get("speedup_over_composed"), r.get("fraction_of_copy")] for r in rows if r["part"] == "blockwise"}
+
+
+@register_suite("quantize", help="quantize_rowwise: fraction of copy bandwidth, small M against an empty launch; "
+                "quantize_blockwise against torch ops", defaults={"rep_ms": 60})
 def quantize(args) -> dict:
     timer = Timer(rep_ms=args.rep_ms)
     rows = measure_bandwidth(timer, args.rounds) + measure_small_m(timer, args.rounds)
+    rows += measure_blockwise(timer, args.rounds)
     return {"method": f"{TIMER_METHOD}, {args.rounds} interleaved turns, "
                       f"{args.rep_ms:g} ms per choice; bytes moved = input + FP8 output + float32 scales, copy of "
                       "the same bytes (uint8 dst.copy_(src) of half as many bytes, read + write); small M against a "
                       "one-element in-place add, a bare one-thread kernel (torch.cuda._sleep(0)), a plain read "
                       "(torch.amax) and a copy of the same bytes; torch "
                       "peer: eager amax, scale, divide, clamp, cast",
-            "summary": summarize(rows), "rows": rows}
+            "summary": {**summarize(rows), **summarize_blockwise(rows)}, "rows": rows}
