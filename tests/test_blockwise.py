@@ -1,6 +1,7 @@
 """Block-wise scaled fp8ext.scaled_mm (1 x 128 groups of a, 128 x 128 blocks of b) and quantize_blockwise: the
 CPU reference path against float64, bit-exact small-integer cases, opcheck and torch.compile on CPU; on the GPU
-every block-scaled kernel by name, the default dispatch, CUDA graphs and torch._scaled_mm on the same tensors."""
+every block-scaled kernel by name, the default dispatch, CUDA graphs and torch._scaled_mm on the same tensors. The
+fused quantize op against the torch ops it replaces, on CPU and (its kernel) on the GPU."""
 import math
 import re
 import warnings
