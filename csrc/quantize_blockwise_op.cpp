@@ -15,6 +15,7 @@
 #include <torch/headeronly/util/Half.h>
 
 #include "quantize_blockwise_op.h"
+#include "quantize_rowwise_op.h"
 
 namespace fp8ext {
 namespace {
@@ -71,11 +72,7 @@ std::tuple<Tensor, Tensor> quantize_blockwise_cpu(Tensor x, std::optional<Scalar
 
 QuantizeBlockwiseParams check_quantize_blockwise(IntSpan sizes, IntSpan strides, ScalarType x_dtype,
                                                  std::optional<ScalarType> dtype) {
-  const ScalarType out_dtype = dtype.value_or(ScalarType::Float8_e4m3fn);
-  FP8EXT_CHECK_QUANT(out_dtype == ScalarType::Float8_e4m3fn || out_dtype == ScalarType::Float8_e5m2, "dtype",
-                     "expected torch.float8_e4m3fn or torch.float8_e5m2, got ", dtype_name(out_dtype));
-  FP8EXT_CHECK_QUANT(x_dtype == ScalarType::BFloat16 || x_dtype == ScalarType::Half || x_dtype == ScalarType::Float,
-                     "x", "expected dtype torch.bfloat16, torch.float16 or torch.float32, got ", dtype_name(x_dtype));
+  const auto [src, dst] = check_quantize_dtypes(x_dtype, dtype, "fp8ext.quantize_blockwise");
   FP8EXT_CHECK_QUANT(sizes.size() == 2, "x", "expected a 2-D [M, K] tensor, got a ", sizes.size(),
                      "-D tensor of shape ", shape_str(sizes));
   QuantizeBlockwiseParams p;
@@ -90,10 +87,8 @@ QuantizeBlockwiseParams check_quantize_blockwise(IntSpan sizes, IntSpan strides,
   FP8EXT_CHECK_QUANT(p.M <= INT_MAX / groups, "x", "at most ", INT_MAX, " groups of 128 (M * ceil(K / 128)), got ",
                      shape_str(sizes));
   p.row_stride = p.M > 1 ? strides[0] : 0;  // a single row's stride is never used
-  p.src = x_dtype == ScalarType::BFloat16 ? QuantSrc::kBF16
-          : x_dtype == ScalarType::Half   ? QuantSrc::kFP16
-                                          : QuantSrc::kFP32;
-  p.dst = out_dtype == ScalarType::Float8_e5m2 ? QuantDst::kE5M2 : QuantDst::kE4M3;
+  p.src = src;
+  p.dst = dst;
   return p;
 }
 

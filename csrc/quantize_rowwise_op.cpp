@@ -18,14 +18,6 @@ namespace {
 
 #define FP8EXT_CHECK_QUANT(cond, arg, ...) FP8EXT_CHECK(cond, op, ": ", arg, ": ", __VA_ARGS__)
 
-QuantSrc to_src(ScalarType t) {
-  switch (t) {
-    case ScalarType::BFloat16: return QuantSrc::kBF16;
-    case ScalarType::Half: return QuantSrc::kFP16;
-    default: return QuantSrc::kFP32;  // validation admits only these three
-  }
-}
-
 template <typename In, typename Out>
 void quantize_rows_cpu(const QuantizeRowwiseParams& p) {
   const float fp8_max = std::is_same_v<Out, torch::headeronly::Float8_e4m3fn> ? kE4M3Max : kE5M2Max;
@@ -59,15 +51,24 @@ void quantize_cpu_typed(const QuantizeRowwiseParams& p) {
 
 }  // namespace
 
-QuantizeRowwiseParams check_quantize_rowwise(IntSpan sizes, IntSpan strides, ScalarType x_dtype,
-                                             std::optional<ScalarType> dtype, std::optional<double> scale_ub,
-                                             const char* op) {
+std::pair<QuantSrc, QuantDst> check_quantize_dtypes(ScalarType x_dtype, std::optional<ScalarType> dtype,
+                                                   const char* op) {
   const ScalarType out_dtype = dtype.value_or(ScalarType::Float8_e4m3fn);
   FP8EXT_CHECK_QUANT(out_dtype == ScalarType::Float8_e4m3fn || out_dtype == ScalarType::Float8_e5m2, "dtype",
                      "expected torch.float8_e4m3fn or torch.float8_e5m2, got ", dtype_name(out_dtype));
   FP8EXT_CHECK_QUANT(x_dtype == ScalarType::BFloat16 || x_dtype == ScalarType::Half || x_dtype == ScalarType::Float,
                      "x",
                      "expected dtype torch.bfloat16, torch.float16 or torch.float32, got ", dtype_name(x_dtype));
+  const QuantSrc src = x_dtype == ScalarType::BFloat16 ? QuantSrc::kBF16
+                       : x_dtype == ScalarType::Half   ? QuantSrc::kFP16
+                                                       : QuantSrc::kFP32;
+  return {src, out_dtype == ScalarType::Float8_e5m2 ? QuantDst::kE5M2 : QuantDst::kE4M3};
+}
+
+QuantizeRowwiseParams check_quantize_rowwise(IntSpan sizes, IntSpan strides, ScalarType x_dtype,
+                                             std::optional<ScalarType> dtype, std::optional<double> scale_ub,
+                                             const char* op) {
+  const auto [src, dst] = check_quantize_dtypes(x_dtype, dtype, op);
   const int64_t dim = static_cast<int64_t>(sizes.size());
   FP8EXT_CHECK_QUANT(dim == 2 || dim == 3, "x", "expected a 2-D [M, K] or 3-D [B, S, K] tensor, got a ", dim,
                      "-D tensor of shape ", shape_str(sizes), "; reshape it to 2-D first");
@@ -85,8 +86,8 @@ QuantizeRowwiseParams check_quantize_rowwise(IntSpan sizes, IntSpan strides, Sca
                        "expected a finite number > 0 (in float32), or None, got ", *scale_ub);
     p.scale_ub = ub;
   }
-  p.src = to_src(x_dtype);
-  p.dst = out_dtype == ScalarType::Float8_e5m2 ? QuantDst::kE5M2 : QuantDst::kE4M3;
+  p.src = src;
+  p.dst = dst;
   // A size-1 dimension's stride is never used: zero it, so that it cannot spoil the kernel's alignment test.
   const auto used = [&](int64_t i) { return sizes[i] == 1 ? int64_t{0} : strides[i]; };
   p.inner_rows = std::max<int64_t>(sizes[dim - 2], 1);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <tuple>
+#include <utility>
 
 #include <torch/csrc/stable/tensor.h>
 
@@ -14,6 +15,11 @@
 #include "quantize_rowwise.h"
 
 namespace fp8ext {
+
+// The dtype checks of both quantize ops (this and quantize_blockwise_op.cpp): the FP8 dtype (default e4m3fn) and
+// x's (bf16, fp16 or fp32); throws naming `op` and the argument, else returns the kernel's input and output types.
+std::pair<QuantSrc, QuantDst> check_quantize_dtypes(ScalarType x_dtype, std::optional<ScalarType> dtype,
+                                                   const char* op);
 
 // Checks x's metadata, the FP8 dtype and scale_ub, and throws (op_errors.h) naming the argument, what is accepted
 // and what was given; returns the kernel's parameters without the pointers. Reads metadata only, so that the
