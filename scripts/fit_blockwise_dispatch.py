@@ -4,6 +4,11 @@ on the tuning part of blockwise bench records, and optionally write it to csrc/s
 
     python -m fp8ext.bench --suite blockwise --all-kernels --json bw.json       # on the H200
     python scripts/fit_blockwise_dispatch.py bw.json [more.json ...] [--write]   # anywhere with a CUDA build
+    python scripts/fit_blockwise_dispatch.py bw.json ... --custom fresh.json --judge fresh2.json
+
+--custom adds every row of --shapes runs (split 'custom') to the tuning rows; --judge scores the picks of the
+compiled-in fits and of the new ones on the rows of other records (run with --all-kernels), which the fit never
+reads: a set of fresh shapes timed once judges both the dispatch that ran and its successor.
 
 Every tuning row of a record (DeepSeek-V3's layers) has each bf16 block-scaled kernel's time; with several
 records a kernel's time on a row is the geometric mean of theirs. Per kernel, a and b are fitted by least squares
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -45,10 +51,12 @@ GROUPS = (("M<=128", lambda m: m <= 128), ("128<M<1024", lambda m: 128 < m < 102
 Fit = tuple[float, float, list[tuple[float, float, float, float]]]  # a, b, residuals (log2 M, N, K, ln ratio)
 
 
-def tuning_rows(record: dict) -> list[dict]:
-    rows = [r for r in record["rows"] if r["split"] == "tune" and r.get("kernels_us")]
+def tuning_rows(record: dict, splits: tuple[str, ...] = ("tune",)) -> list[dict]:
+    """The record's rows of the given splits that have per-kernel times."""
+    rows = [r for r in record["rows"] if r["split"] in splits and r.get("kernels_us")]
     if not rows:
-        raise SystemExit("the record has no tuning rows with per-kernel times: run the suite with --all-kernels")
+        raise SystemExit(f"the record has no {' or '.join(splits)} rows with per-kernel times: run the suite with "
+                         "--all-kernels")
     return rows
 
 
@@ -206,12 +214,23 @@ def torch_summary(logs: dict[str, list[float]]) -> str:
     return ", ".join(parts) + f", rows < 0.90: {low}"
 
 
-def write(fits: dict[str, Fit], sources: list[str], result: tuple[float, float],
+def compiled_backstop() -> tuple[int, float]:
+    """kBlockwiseBackstopAboveM and kBlockwiseKernelAdvantage as blockwise_dispatch.h sets them."""
+    text = (ROOT / "csrc" / "sm90" / "blockwise_dispatch.h").read_text()
+    above_m = re.search(r"kBlockwiseBackstopAboveM = (\d+);", text)
+    margin = re.search(r"kBlockwiseKernelAdvantage = ([0-9.]+);", text)
+    if not above_m or not margin:
+        raise SystemExit("blockwise_dispatch.h: the backstop's constants were not found")
+    return int(above_m.group(1)), float(margin.group(1))
+
+
+def write(fits: dict[str, Fit], sources: list[str], customs: list[str], result: tuple[float, float],
           cross: tuple[float, float], backstop: str) -> None:
     lines = ["// The block-wise dispatch's fits (blockwise_dispatch.h): per kernel {a us, b us per MAC, residuals},",
              "// torch._scaled_mm's (the backstop) the same way; written by scripts/fit_blockwise_dispatch.py --write",
              "// from the tuning part of",
              *[f"//   {s}" for s in sources],
+             *(["// and every row (--shapes) of", *[f"//   {s}" for s in customs]] if customs else []),
              f"// Picked / fastest kernel over those rows: geomean {result[0]:.4f}, worst {result[1]:.3f} in sample;",
              f"// {cross[0]:.4f}, worst {cross[1]:.3f}, leaving out one weight shape at a time.",
              "// With the backstop, torch / pick, one weight shape left out:",
@@ -235,6 +254,12 @@ def write(fits: dict[str, Fit], sources: list[str], result: tuple[float, float],
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("records", type=Path, nargs="+")
+    p.add_argument("--custom", type=Path, nargs="*", default=[], metavar="RECORD",
+                   help="records of the suite run on --shapes whose rows (split 'custom') are tuning rows too: a "
+                        "set of shapes that has judged one fit becomes tuning material for the next, and a new set "
+                        "judges that")
+    p.add_argument("--judge", type=Path, nargs="*", default=[], metavar="RECORD",
+                   help="records (run with --all-kernels) whose rows, of any split, only score the fits")
     p.add_argument("--write", action="store_true", help=f"write the fits to {COEFFS.relative_to(ROOT)}")
     p.add_argument("--backstop", type=str, default=None, metavar="ABOVE_M,MARGIN",
                    help="the backstop's lower M bound and kernel advantage to report with --write (default: of the "
@@ -244,18 +269,19 @@ def main() -> int:
     if not fp8ext.blockwise_kernel_names():
         raise SystemExit("needs a CUDA build of fp8ext (its dispatch picks among the built kernels)")
     records = [json.loads(path.read_text()) for path in args.records]
-    sm_counts = {int(r["sm_count"]) for r in records}
+    customs = [json.loads(path.read_text()) for path in args.custom]
+    sm_counts = {int(r["sm_count"]) for r in records + customs}
     if len(sm_counts) != 1:
         raise SystemExit(f"the records come from GPUs with different SM counts: {sorted(sm_counts)}")
     sm_count = sm_counts.pop()
-    rows = merge_rows([tuning_rows(r) for r in records])
+    rows = merge_rows([tuning_rows(r) for r in records] + [tuning_rows(r, ("custom",)) for r in customs])
     before = score(rows, ([], [], False, -1.0, -1), sm_count)
     fits = fit(rows, sm_count)
     line = score(rows, trial_fits(fits, sm_count, with_residuals=False), sm_count)
     after = score(rows, trial_fits(fits, sm_count), sm_count)
     line_out = leave_one_shape_out(rows, sm_count, with_residuals=False)
     after_out = leave_one_shape_out(rows, sm_count, with_residuals=True)
-    print(f"{len(rows)} tuning rows from {len(records)} record(s), {sm_count} SMs")
+    print(f"{len(rows)} tuning rows from {len(records) + len(customs)} record(s), {sm_count} SMs")
     for n, (a, b, res) in sorted(fits.items()):
         spread = max(abs(r[3]) for r in res) if res else 0.0
         print(f"  {n:40s} a {a:8.3f} us   b {b:.4g}   residuals {len(res):3d}, largest |ln| {spread:.3f}")
@@ -276,19 +302,30 @@ def main() -> int:
                 backstop[above_m, margin] = (g, torch_summary(logs))
                 print(f"  M > {above_m:3d}, margin {margin:.2f}:  {g:.4f}  worst {w:.3f};  "
                       f"{backstop[above_m, margin][1]}")
+    for path in args.judge:
+        judged = merge_rows([[r for r in json.loads(path.read_text())["rows"] if r.get("kernels_us")]])
+        print(f"judged on {path.name} ({len(judged)} rows), pick / fastest of kernels and torch; torch / pick:")
+        # Both with the backstop's bounds of blockwise_dispatch.h as trial values: the op leaves the backstop out
+        # of an untrialled pick where torch is not the release it was measured with.
+        above_m, margin = compiled_backstop()
+        for label, trial in (("compiled-in", ([], [], True, margin, above_m)),
+                             ("new", trial_fits(fits, sm_count, True, True, margin, above_m))):
+            g, w = score(judged, trial, sm_count)
+            logs = {name: against_torch([r for r in judged if in_group(r["M"])], trial, sm_count)
+                    for name, in_group in GROUPS}
+            print(f"  {label:12s} {g:.4f}  worst {w:.3f};  {torch_summary(logs)}")
     if args.write:
-        sources = []
-        for path in args.records:
+        def shown(path: Path) -> str:
             path = path.resolve()
-            sources.append(str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name)
-        best = min(g for g, _ in backstop.values()) if backstop else 0.0
+            return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
         if args.backstop:
             chosen = tuple(t(x) for t, x in zip((int, float), args.backstop.split(",")))
         else:
             best = min(g for g, _ in backstop.values()) if backstop else 0.0
             chosen = max((k for k, (g, _) in backstop.items() if g <= best + 0.001), default=(0, 0.0))
         summary = backstop.get(chosen, (0, "-"))[1]
-        write(fits, sources, after, after_out, f"M > {chosen[0]}, margin {chosen[1]:.2f}: {summary}")
+        write(fits, [shown(p) for p in args.records], [shown(p) for p in args.custom], after, after_out,
+              f"M > {chosen[0]}, margin {chosen[1]:.2f}: {summary}")
         print(f"wrote {COEFFS.relative_to(ROOT)} (set kBlockwiseBackstopAboveM to {chosen[0]} and "
               f"kBlockwiseKernelAdvantage to {chosen[1]:.2f}); rebuild to use it")
     return 0

@@ -400,6 +400,43 @@ def test_dispatch_backstop_takes_calls_torch_is_predicted_faster_on():
                 assert torch.ops.fp8ext._selected_blockwise_kernel(M, N, K, torch.bfloat16, 132, False) in names
 
 
+def test_fit_script_reads_custom_rows_and_the_compiled_backstop():
+    # --custom: the rows of a --shapes run (split "custom") become tuning rows; --judge compares with the
+    # backstop's bounds as blockwise_dispatch.h sets them.
+    fit = _script("fit_blockwise_dispatch")
+    custom = {"split": "custom", "M": 8, "N": 5120, "K": 25600, "kernels_us": {"x": 50.0}}
+    tune = {"split": "tune", "M": 16, "N": 7168, "K": 2048, "kernels_us": {"x": 10.0}}
+    untimed = {"split": "custom", "M": 4, "N": 5120, "K": 25600, "kernels_us": {}}
+    assert fit.tuning_rows({"rows": [custom, tune, untimed]}, ("custom",)) == [custom]
+    assert fit.tuning_rows({"rows": [custom, tune]}) == [tune]
+    with pytest.raises(SystemExit, match="no custom rows"):
+        fit.tuning_rows({"rows": [tune]}, ("custom",))
+    above_m, margin = fit.compiled_backstop()
+    assert isinstance(above_m, int) and above_m >= 0 and 0.0 <= margin < 1.0
+
+
+def test_fresh_shape_sets_are_reproducible_and_read_nothing_read_before():
+    # scripts/draw_fresh_shapes.py: a set of fresh shapes judges one fit; it must not repeat a weight read before,
+    # and it must redraw to the shapes its record ran.
+    import json
+    from pathlib import Path
+
+    draw = _script("draw_fresh_shapes")
+    for name, weights in draw.SETS.items():
+        shapes = draw.shapes(name)
+        assert shapes == draw.shapes(name) and len(shapes) == 4 * len(weights)
+        for i, (m, n, k) in enumerate(shapes):
+            lo, hi, four = draw.M_RANGES[i % 4]
+            assert lo <= m <= hi and (m % 4 == 0 or not four) and (n, k) == weights[i // 4][2:]
+        assert not {(n, k) for _, _, n, k in weights} & (draw.read_before(name) - draw.SHARED.get(name, set()))
+    record = Path(__file__).resolve().parent.parent / "bench" / "results" / \
+        "h200-2026-12-03-blockwise-fresh-45b5323.json"
+    ran = {(r["M"], r["N"], r["K"]) for r in json.loads(record.read_text())["rows"]}
+    assert set(draw.shapes("fresh-2026-12-03")) == ran
+    # The tuning grid is tuning material only: no set judges on its weights.
+    assert all(not {(n, k) for _, _, n, k in w} & set(draw.TUNE_GRID_NK) for w in draw.SETS.values())
+
+
 def test_fit_script_fits_torch_as_the_backstop():
     if not fp8ext.blockwise_kernel_names():
         pytest.skip("a CPU-only build has no block-scaled kernels to pick from")

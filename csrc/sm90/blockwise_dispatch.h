@@ -37,7 +37,8 @@
 // the call as given (torch 2.11, torch's scale layouts, bf16 output, no bias: scaled_mm_cuda.cpp) and the torch
 // backend is on.
 // scripts/fit_blockwise_dispatch.py fits them on the tuning part of the blockwise suite (DeepSeek-V3's layers,
-// every kernel timed, every M); the zoo's held-out rows judge them. Selections are memoized per problem.
+// every kernel timed, every M) and on the rows of --shapes runs named as tuning material (docs/blockwise.md); the
+// zoo's held-out rows and a set of fresh shapes drawn before the fit judge them. Selections are memoized per problem.
 #pragma once
 
 #include <cmath>
