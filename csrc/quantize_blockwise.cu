@@ -1,11 +1,15 @@
 // The fused block-wise FP8 quantization kernel for activations: each 1 x 128 group's amax, scale and cast in one
 // launch (numerics in quantize_blockwise.h). Plain CUDA; the libtorch entry is quantize_blockwise_cuda.cpp.
 //
-// One warp per group, four consecutive elements a lane (a group is 128 elements, the last of a row possibly fewer,
-// a multiple of 16, so whole lanes fall off its end): each lane loads its four with one 8-byte (16-bit inputs) or
-// 16-byte (fp32) access where x allows, the warp reduces the integer keys of |x| with one redux.sync
-// (quantize_common.cuh), and the lane scales, casts and stores its four bytes as one word. x is read once and q
-// written once, the least there is; eight groups share a 256-thread CTA and a grid-stride loop covers any M.
+// A warp takes the same group column of four consecutive rows, four consecutive elements of each a lane (a group
+// is 128 elements, the last of a row possibly fewer, a multiple of 16, so whole lanes fall off its end): each lane
+// issues its four loads (one 8-byte access of 16-bit inputs or 16-byte of fp32 each, where x allows) before any
+// reduction, then per row the warp reduces the integer keys of |x| with one redux.sync (quantize_common.cuh) and
+// the lane scales, casts and stores its four bytes as one word; lanes 0-3 store the four rows' scales, adjacent in
+// the group-major scale buffer. x is read once and q written once, the least there is. Why four rows: with one
+// group a warp, a lane kept one 8-byte load in flight, and at prefill sizes the kernel reached only 0.60-0.72 of a
+// copy's bandwidth (bench/results/h200-2026-12-03-quantize-044ea2c.json). Eight warps share a 256-thread CTA, and
+// a grid-stride loop covers any M.
 // Launched as a dependent, as quantize_rowwise is (grid_dependency.cuh): at decode the GEMM after it may start
 // prefetching its weight while it runs.
 #include <climits>
@@ -21,6 +25,7 @@ namespace fp8ext {
 namespace {
 
 constexpr int kElemsPerLane = 4;  // 32 lanes x 4 = 128, one group
+constexpr int kRowsPerWarp = 4;   // groups a warp loads before it reduces any
 constexpr int kWarpsPerCta = 8;
 static_assert(32 * kElemsPerLane == kQuantizeGroup, "one warp covers one group");
 
@@ -61,34 +66,45 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) quantize_blockwise_kernel(Q
   pdl::wait_for_prior_grids();  // nothing is read before the kernel before has completed
   pdl::allow_dependent_grids();
   const int lane = threadIdx.x % 32;
-  // Group indices fit 32 bits (the op refuses more than INT_MAX groups), which keeps the division below short.
+  // Group indices fit 32 bits (the op refuses more than INT_MAX groups), and so do the warps' work items (at most
+  // one row tile of groups more), which keeps the division below short.
   const uint32_t groups_per_row = static_cast<uint32_t>((p.K + kQuantizeGroup - 1) / kQuantizeGroup);
-  const uint32_t groups = static_cast<uint32_t>(p.M) * groups_per_row;
+  const uint32_t row_tiles = static_cast<uint32_t>((p.M + kRowsPerWarp - 1) / kRowsPerWarp);
+  const uint32_t items = row_tiles * groups_per_row;
   const In* x = static_cast<const In*>(p.x);
   uint8_t* q = static_cast<uint8_t*>(p.q);
-  // The whole warp takes the same trips (w is the warp's), so redux.sync below has every lane.
-  for (uint32_t w = blockIdx.x * kWarpsPerCta + threadIdx.x / 32; w < groups; w += gridDim.x * kWarpsPerCta) {
-    const uint32_t m = w / groups_per_row, g = w % groups_per_row;
+  // The whole warp takes the same trips (w is the warp's), so redux.sync below has every lane. Consecutive warps
+  // take consecutive groups of the same rows.
+  for (uint32_t w = blockIdx.x * kWarpsPerCta + threadIdx.x / 32; w < items; w += gridDim.x * kWarpsPerCta) {
+    const uint32_t g = w % groups_per_row;
+    const int64_t m0 = static_cast<int64_t>(w / groups_per_row) * kRowsPerWarp;
     const int64_t k = static_cast<int64_t>(g) * kQuantizeGroup + lane * kElemsPerLane;
-    const bool active = k < p.K;  // K is a multiple of 16: a lane holds four elements of the group or none
-    LaneFour<In, kFormat, kVector> four;
-    uint32_t key = 0;
-    if (active) {
-      four.load(x + static_cast<int64_t>(m) * p.row_stride + k);
-      key = four.key();
+    const bool lane_active = k < p.K;  // K is a multiple of 16: a lane holds four elements of the group or none
+    LaneFour<In, kFormat, kVector> four[kRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      if (lane_active && m0 + r < p.M) four[r].load(x + (m0 + r) * p.row_stride + k);
     }
-    const float amax = rowwise_amax(key_value<In>(__reduce_max_sync(kFullMask, key)), 0.0f);
-    const float inv = kFp8Max<kFormat> / amax;
-    if (active) *reinterpret_cast<uint32_t*>(q + static_cast<int64_t>(m) * p.K + k) = four.q(inv);
-    if (lane == 0) p.scale[static_cast<int64_t>(g) * p.M + m] = amax / kFp8Max<kFormat>;
+    float scale = 0.0f;  // lane r's: row m0 + r's
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const bool active = lane_active && m0 + r < p.M;  // rows past M reduce 0 and store nothing
+      const uint32_t key = active ? four[r].key() : 0u;
+      const float amax = rowwise_amax(key_value<In>(__reduce_max_sync(kFullMask, key)), 0.0f);
+      const float inv = kFp8Max<kFormat> / amax;
+      if (active) *reinterpret_cast<uint32_t*>(q + (m0 + r) * p.K + k) = four[r].q(inv);
+      if (lane == r) scale = amax / kFp8Max<kFormat>;
+    }
+    if (lane < kRowsPerWarp && m0 + lane < p.M) p.scale[static_cast<int64_t>(g) * p.M + m0 + lane] = scale;
   }
 }
 
 template <typename In, __nv_fp8_interpretation_t kFormat>
 cudaError_t launch_typed(const QuantizeBlockwiseParams& p, cudaStream_t stream) {
-  const int64_t groups = p.M * ((p.K + kQuantizeGroup - 1) / kQuantizeGroup);
-  if (groups > INT_MAX) return cudaErrorInvalidValue;  // the op refuses such a call first
-  const unsigned grid = static_cast<unsigned>((groups + kWarpsPerCta - 1) / kWarpsPerCta);
+  const int64_t groups_per_row = (p.K + kQuantizeGroup - 1) / kQuantizeGroup;
+  if (p.M * groups_per_row > INT_MAX) return cudaErrorInvalidValue;  // the op refuses such a call first
+  const int64_t items = (p.M + kRowsPerWarp - 1) / kRowsPerWarp * groups_per_row;
+  const unsigned grid = static_cast<unsigned>((items + kWarpsPerCta - 1) / kWarpsPerCta);
   // A lane's four elements start at a multiple of 4 elements of its row; one access needs every row start aligned
   // to the access: the base address and the row stride.
   constexpr int64_t kVecBytes = kElemsPerLane * sizeof(In);

@@ -772,7 +772,7 @@ def test_forced_kernel_kinds_do_not_mix():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("fp8", [E4M3, torch.float8_e5m2])
-@pytest.mark.parametrize("M,K", QUANT_SHAPES + [(1000, 7168), (4, 29568)])
+@pytest.mark.parametrize("M,K", QUANT_SHAPES + [(1000, 7168), (4, 29568), (6, 1040)])
 def test_quantize_blockwise_kernel_equals_the_cpu_path(M, K, dtype, fp8):
     x = _activations(M, K, dtype, device=DEV)
     got = torch.ops.fp8ext.quantize_blockwise(x, fp8)
