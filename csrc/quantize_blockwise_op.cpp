@@ -35,9 +35,7 @@ void quantize_groups_cpu(const QuantizeBlockwiseParams& p) {
         const In* row = x + m * p.row_stride;
         float amax = 0.0f;
         for (int64_t k = k0; k < k1; ++k) amax = abs_max_nan(amax, static_cast<float>(row[k]));
-        // A magnitude, NaN included (abs_max_nan keeps a NaN's sign bit): a NaN group's scale is +NaN, as the
-        // kernel's, whose amax comes from keys with the sign cleared.
-        amax = rowwise_amax(std::fabs(amax), 0.0f);
+        amax = rowwise_amax(amax, 0.0f);
         p.scale[g * p.M + m] = amax / fp8_max;
         const float inv = fp8_max / amax;
         // torch's float -> FP8 conversions round to nearest even, as the kernel's cvt.rn does.

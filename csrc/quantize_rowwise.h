@@ -12,6 +12,7 @@
 // that both paths propagate it the same way (fminf/fmaxf would drop it).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #if defined(__CUDACC__)
@@ -27,9 +28,10 @@ constexpr float kQuantizeMinAmax = 1e-12f;
 constexpr float kE4M3Max = 448.0f;
 constexpr float kE5M2Max = 57344.0f;
 
-// max(a, |v|), NaN-propagating: once a NaN is seen the result stays NaN.
+// max(a, |v|), NaN-propagating: once a NaN is seen the result stays NaN, with its sign bit cleared (+NaN), as the
+// kernels' amax, which comes from integer keys with the sign cleared.
 FP8EXT_HOST_DEVICE inline float abs_max_nan(float a, float v) {
-  const float m = v < 0.0f ? -v : v;
+  const float m = fabsf(v);  // also a NaN's magnitude: v < 0 ? -v : v would keep a negative NaN's sign
   return (m > a || m != m) ? m : a;
 }
 

@@ -94,6 +94,17 @@ def test_nan_row_is_nan():
     assert_same((q[0::2], s[0::2]), formula(x[0::2]))
 
 
+def test_nan_scale_is_positive_nan_whatever_the_sign_of_the_nan():
+    # The kernels' amax comes from integer keys with the sign cleared, so a NaN row's scale is +NaN there; the CPU
+    # path gives the same bits (abs_max_nan clears a NaN's sign), for row-wise and block-wise scales.
+    x = random_rows(2, 256).bfloat16()
+    x.view(torch.int16)[1, 5] = -64  # 0xffc0: a quiet NaN with the sign bit set (a float -> bf16 cast drops it)
+    assert torch.isnan(x[1, 5]) and torch.signbit(x[1, 5])
+    # Row 1's scale, and its first 1 x 128 group's (the NaN is at k = 5).
+    for scale in (fp8ext.quantize_rowwise(x)[1][1], fp8ext.quantize_blockwise(x)[1][1, 0]):
+        assert torch.isnan(scale).all() and not torch.signbit(scale).any()
+
+
 def test_strided_inputs_match_contiguous():
     wide = random_rows(6, 80)
     x = wide[:, 16:64]  # a padded row stride and an offset that is a multiple of 16 bytes
