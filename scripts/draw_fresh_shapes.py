@@ -2,8 +2,9 @@
 """Draw a set of fresh block-wise shapes: weights of models that no fit and no earlier run has read, and seeded M,
 printed as the MxNxK list that `python -m fp8ext.bench --suite blockwise --shapes` takes.
 
-    python scripts/draw_fresh_shapes.py fresh-2026-12-03       # the set that judged the fit of 4e0d1c8
-    python scripts/draw_fresh_shapes.py fresh-2026-12-03b      # the set that judges the next fit
+    python scripts/draw_fresh_shapes.py fresh-2026-12-03       # judged the fit of 4e0d1c8; tuning rows since
+    python scripts/draw_fresh_shapes.py fresh-2026-12-03b      # judged the fit of 52c755b (at 6a0a80d)
+    python scripts/draw_fresh_shapes.py tune-grid              # the synthetic tuning grid (tuning rows only)
 
 A set judges one fit and is then spent: once its times have been read it may become tuning material
 (scripts/fit_blockwise_dispatch.py --custom), and a new set, drawn here before any of its shapes is timed, judges
