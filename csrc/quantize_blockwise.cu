@@ -1,19 +1,15 @@
 // The fused block-wise FP8 quantization kernel for activations: each 1 x 128 group's amax, scale and cast in one
 // launch (numerics in quantize_blockwise.h). Plain CUDA; the libtorch entry is quantize_blockwise_cuda.cpp.
 //
-// A warp takes the same group column of R consecutive rows, four consecutive elements of each a lane (a group is
-// 128 elements, the last of a row possibly fewer, a multiple of 16, so whole lanes fall off its end): each lane
-// issues its R loads (one 8-byte access of 16-bit inputs or 16-byte of fp32 each, where x allows) before any
+// A warp takes the same group column of four consecutive rows, four consecutive elements of each a lane (a group
+// is 128 elements, the last of a row possibly fewer, a multiple of 16, so whole lanes fall off its end): each lane
+// issues its four loads (one 8-byte access of 16-bit inputs or 16-byte of fp32 each, where x allows) before any
 // reduction, then per row the warp reduces the integer keys of |x| with one redux.sync (quantize_common.cuh) and
-// the lane scales, casts and stores its four bytes as one word; lanes 0..R-1 store the rows' scales, adjacent in
-// the group-major scale buffer. x is read once and q written once, the least there is. Eight warps share a
-// 256-thread CTA, and a grid-stride loop covers any M.
-//
-// R = 4 where there are more groups than about one wave of warps (kOneWaveGroups), else R = 1. With one row a
-// warp a lane keeps one 8-byte load in flight, and at prefill sizes the kernel reached only 0.60-0.72 of a copy's
-// bandwidth (bench/results/h200-2026-12-03-quantize-044ea2c.json); four rows reached 0.84-0.85
-// (...-quantize-6a0a80d.json). Where every warp is resident at once the time is one warp's chain of loads and
-// reductions instead, and four rows a warp made M = 1 and 16 0.5 us slower (4.9 and 5.2 us against 4.4 and 4.7).
+// the lane scales, casts and stores its four bytes as one word; lanes 0-3 store the four rows' scales, adjacent in
+// the group-major scale buffer. x is read once and q written once, the least there is. Why four rows: with one
+// group a warp, a lane kept one 8-byte load in flight, and at prefill sizes the kernel reached only 0.60-0.72 of a
+// copy's bandwidth (bench/results/h200-2026-12-03-quantize-044ea2c.json). Eight warps share a 256-thread CTA, and
+// a grid-stride loop covers any M.
 // Launched as a dependent, as quantize_rowwise is (grid_dependency.cuh): at decode the GEMM after it may start
 // prefetching its weight while it runs.
 #include <climits>
@@ -29,9 +25,8 @@ namespace fp8ext {
 namespace {
 
 constexpr int kElemsPerLane = 4;  // 32 lanes x 4 = 128, one group
+constexpr int kRowsPerWarp = 4;   // groups a warp loads before it reduces any
 constexpr int kWarpsPerCta = 8;
-// About one wave of warps on an H100/H200: 132 SMs x 64 resident warps (8 CTAs of 256 threads) = 8448.
-constexpr int64_t kOneWaveGroups = 8192;
 static_assert(32 * kElemsPerLane == kQuantizeGroup, "one warp covers one group");
 
 // A lane's four elements: one vector access where aligned (Vec: 8 bytes of 16-bit inputs, 16 bytes of fp32), else
@@ -66,8 +61,7 @@ struct LaneFour {
   }
 };
 
-// kRowsPerWarp: R above, the groups a warp loads before it reduces any.
-template <typename In, __nv_fp8_interpretation_t kFormat, bool kVector, int kRowsPerWarp>
+template <typename In, __nv_fp8_interpretation_t kFormat, bool kVector>
 __global__ void __launch_bounds__(32 * kWarpsPerCta) quantize_blockwise_kernel(QuantizeBlockwiseParams p) {
   pdl::wait_for_prior_grids();  // nothing is read before the kernel before has completed
   pdl::allow_dependent_grids();
@@ -108,21 +102,16 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) quantize_blockwise_kernel(Q
 template <typename In, __nv_fp8_interpretation_t kFormat>
 cudaError_t launch_typed(const QuantizeBlockwiseParams& p, cudaStream_t stream) {
   const int64_t groups_per_row = (p.K + kQuantizeGroup - 1) / kQuantizeGroup;
-  const int64_t groups = p.M * groups_per_row;
-  if (groups > INT_MAX) return cudaErrorInvalidValue;  // the op refuses such a call first
-  const int rows_per_warp = groups > kOneWaveGroups ? 4 : 1;
-  const int64_t items = (p.M + rows_per_warp - 1) / rows_per_warp * groups_per_row;
+  if (p.M * groups_per_row > INT_MAX) return cudaErrorInvalidValue;  // the op refuses such a call first
+  const int64_t items = (p.M + kRowsPerWarp - 1) / kRowsPerWarp * groups_per_row;
   const unsigned grid = static_cast<unsigned>((items + kWarpsPerCta - 1) / kWarpsPerCta);
   // A lane's four elements start at a multiple of 4 elements of its row; one access needs every row start aligned
   // to the access: the base address and the row stride.
   constexpr int64_t kVecBytes = kElemsPerLane * sizeof(In);
   const bool vector = reinterpret_cast<uintptr_t>(p.x) % kVecBytes == 0 &&
                       (p.M == 1 || (p.row_stride * static_cast<int64_t>(sizeof(In))) % kVecBytes == 0);
-  const auto kernel = vector ? (rows_per_warp == 4 ? quantize_blockwise_kernel<In, kFormat, true, 4>
-                                                   : quantize_blockwise_kernel<In, kFormat, true, 1>)
-                             : (rows_per_warp == 4 ? quantize_blockwise_kernel<In, kFormat, false, 4>
-                                                   : quantize_blockwise_kernel<In, kFormat, false, 1>);
-  return pdl::launch(kernel, grid, 32 * kWarpsPerCta, stream, p);
+  return vector ? pdl::launch(quantize_blockwise_kernel<In, kFormat, true>, grid, 32 * kWarpsPerCta, stream, p)
+                : pdl::launch(quantize_blockwise_kernel<In, kFormat, false>, grid, 32 * kWarpsPerCta, stream, p);
 }
 
 }  // namespace

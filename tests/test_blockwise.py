@@ -772,8 +772,7 @@ def test_forced_kernel_kinds_do_not_mix():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("fp8", [E4M3, torch.float8_e5m2])
-# The kernel takes four rows a warp above 8192 groups (kOneWaveGroups), one below: both, with M % 4 of 0 to 3.
-@pytest.mark.parametrize("M,K", QUANT_SHAPES + [(1000, 7168), (4, 29568), (6, 1040), (131, 8192), (258, 4112)])
+@pytest.mark.parametrize("M,K", QUANT_SHAPES + [(1000, 7168), (4, 29568), (6, 1040)])
 def test_quantize_blockwise_kernel_equals_the_cpu_path(M, K, dtype, fp8):
     x = _activations(M, K, dtype, device=DEV)
     got = torch.ops.fp8ext.quantize_blockwise(x, fp8)
@@ -788,10 +787,6 @@ def test_quantize_blockwise_kernel_rows_apart_and_unaligned(dtype):
     # off the vector's alignment: the same bits as the CPU path.
     wide = _activations(37, 1030, dtype, device=DEV)
     for x in (wide[:, :1024], wide[:, 2:514], wide[:, 4:516], wide[:1, 2:514]):
-        _same_quantization(torch.ops.fp8ext.quantize_blockwise(x), torch.ops.fp8ext.quantize_blockwise(x.cpu()))
-    # Enough groups for four rows a warp (259 x 32 > 8192).
-    tall = _activations(259, 4102, dtype, device=DEV)
-    for x in (tall[:, :4096], tall[:, 2:4098], tall[:, 4:4100]):
         _same_quantization(torch.ops.fp8ext.quantize_blockwise(x), torch.ops.fp8ext.quantize_blockwise(x.cpu()))
 
 
