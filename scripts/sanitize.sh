@@ -15,7 +15,7 @@ status=0
 for tool in $TOOLS; do
   extra="" args=""
   [ "$tool" = "memcheck" ] && extra="--leak-check no"
-  # racecheck is slow (about 0.7 s a launch on the H200): one tail shape per kernel unless
+  # racecheck is slow (about 0.7 s a launch on the H200): one shape per kernel, at a pipeline-wrapping K, unless
   # FP8EXT_RACECHECK_FULL=1 asks for the whole tail sweep (about 4 minutes).
   [ "$tool" = "racecheck" ] && [ "${FP8EXT_RACECHECK_FULL:-0}" != 1 ] && args="--quick"
   # initcheck does not see the epilogue's TMA stores, so reading an output back is reported as uninitialized

@@ -36,7 +36,10 @@
 // Only mma() is replaced. The loads (TMA operands, cp.async scales), shared storage, parameters and mma_tail()
 // are CUTLASS's (Base), and the contract with the kernel is the same: mma() leaves the last K tile's stage
 // unreleased and mma_tail() releases it. A stage's scales are read from shared memory before the stage is
-// released, so the producer cannot overwrite them under the read.
+// released, so the producer cannot overwrite them under the read; in a cluster the warpgroup meets at a barrier
+// before each release, since there only one of its threads arrives for it (overlap_k_loop.cuh, "Releasing a stage
+// in a cluster"). CUTLASS's own blockwise mma() has no such barrier, so cluster kernels must use this one
+// (blockwise_gemm.cuh asserts it).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -133,6 +136,7 @@ CUTLASS_DEVICE auto make_stage_scales(typename Collective::TensorStorage& shared
 
 // make<Collective>() of OverlappedMainloop: the stage scales of CUTLASS's blockwise collective.
 struct BlockScales {
+  static constexpr bool kReadsStage = true;  // the scales, with ordinary shared-memory loads
   template <class Collective>
   CUTLASS_DEVICE static auto make(typename Collective::TensorStorage& shared_tensors, int thread_idx) {
     static_assert(Collective::ScalePromotionInterval == 4 &&

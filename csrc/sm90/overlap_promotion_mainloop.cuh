@@ -31,6 +31,7 @@ namespace fp8ext::sm90 {
 namespace overlap {
 // The row-wise Promotion of Steps (overlap_k_loop.cuh): acc += P_t, with nothing to read from the stage.
 struct AddPartial {
+  static constexpr bool kReadsStage = false;
   template <class Collective, class TensorStorage>
   CUTLASS_DEVICE static AddPartial make(TensorStorage&, int /*thread_idx*/) {
     return {};
