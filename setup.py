@@ -51,7 +51,8 @@ def _extension():
         sys.exit(f"fp8ext build error: {e}")
     if with_cuda:
         cutlass_root, cutlass_from = build_env.find_cutlass()
-        kernels = [Path(s).stem for s in sources if "/kernels/" in s]
+        # The row-wise kernels built, by name (what fp8ext.build_info() lists as "kernels").
+        kernels = [Path(s).stem for s in sources if Path(s).parent == build_env.ROWWISE_KERNELS.relative_to(ROOT)]
         print(f"fp8ext: building with CUDA from {cuda_home}, CUTLASS {build_env._cutlass_version(cutlass_root)} "
               f"from {cutlass_from}, {len(kernels)} sm_90a kernels", flush=True)
         # py_limited_api: the abi3 file name (_C.abi3.so), and no libtorch_python in the link.

@@ -15,7 +15,7 @@
 #include "quantize_blockwise_op.h"
 #include "quantize_rowwise_op.h"
 #include "scaled_mm_checks.h"
-#include "sm90/autotune_cache.h"
+#include "sm90/autotune/autotune_cache.h"
 
 namespace fp8ext {
 namespace {

@@ -17,7 +17,7 @@
 
 #include <cuda_runtime.h>
 
-#include "grid_dependency.cuh"
+#include "sm90/common/grid_dependency.cuh"
 #include "quantize_blockwise.h"
 #include "quantize_common.cuh"
 

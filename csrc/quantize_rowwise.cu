@@ -29,7 +29,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
-#include "grid_dependency.cuh"
+#include "sm90/common/grid_dependency.cuh"
 #include "quantize_common.cuh"
 #include "quantize_rowwise.h"
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs the standalone GPU self-test of the block-scaled kernels (tests/gpu_standalone/
-# blockwise_selftest.cu with csrc/sm90/blockwise_registry.cpp and every csrc/sm90/blockwise_kernels/*.cu).
+# blockwise_selftest.cu with csrc/sm90/blockwise/blockwise_registry.cpp, every csrc/sm90/blockwise/kernels/*.cu
+# and the block-scaled decode kernels csrc/sm90/decode/bw_gemv_*.cu).
 # Needs nvcc and the CUTLASS headers that tools/build_env.py finds; no torch, no Python packages beyond that.
 #   bash scripts/blockwise_selftest.sh [build_dir]      (default /tmp/fp8ext_blockwise_selftest)
 # Extra arguments for the test binary go in FP8EXT_SELFTEST_ARGS (e.g. --no-timing).
@@ -18,7 +19,8 @@ read -r -a INCS <<<"$($PY -c 'import sys; sys.path.insert(0, "tools"); import bu
 CUDA_HOME=$($PY -c 'import sys; sys.path.insert(0, "tools"); import build_env as b; print(b.find_cuda_home() or "")')
 NVCC=${CUDA_HOME:+$CUDA_HOME/bin/}nvcc
 
-SOURCES=(csrc/sm90/blockwise_registry.cpp tests/gpu_standalone/blockwise_selftest.cu csrc/sm90/blockwise_kernels/*.cu)
+SOURCES=(csrc/sm90/blockwise/blockwise_registry.cpp tests/gpu_standalone/blockwise_selftest.cu
+         csrc/sm90/blockwise/kernels/*.cu csrc/sm90/decode/bw_gemv_*.cu)
 JOBS=$(nproc)
 echo "building ${#SOURCES[@]} sources with $JOBS parallel nvcc jobs into $BUILD"
 start=$(date +%s)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Fit the block-wise dispatch's time model (csrc/sm90/blockwise_dispatch.h: t = (a + b * W) * exp(c) per kernel)
-on the tuning part of blockwise bench records, and optionally write it to csrc/sm90/blockwise_cost_coeffs.inc.
+"""Fit the block-wise dispatch's time model (csrc/sm90/dispatch/blockwise_dispatch.h: t = (a + b * W) * exp(c) per kernel)
+on the tuning part of blockwise bench records, and optionally write it to csrc/sm90/dispatch/blockwise_cost_coeffs.inc.
 
     python -m fp8ext.bench --suite blockwise --all-kernels --json bw.json       # on the H200
     python scripts/fit_blockwise_dispatch.py bw.json [more.json ...] [--write]   # anywhere with a CUDA build
@@ -41,7 +41,7 @@ import fp8ext
 from fp8ext.bench.common import geomean
 
 ROOT = Path(__file__).resolve().parent.parent
-COEFFS = ROOT / "csrc" / "sm90" / "blockwise_cost_coeffs.inc"
+COEFFS = ROOT / "csrc" / "sm90" / "dispatch" / "blockwise_cost_coeffs.inc"
 MIN_A_US = 0.5  # a fixed cost below this is no launch's: the fit is held there
 TORCH = "torch._scaled_mm"  # the backstop's name, as a pick and as a fit
 MARGINS = (0.0, 0.02, 0.04, 0.06, 0.08, 0.10)  # the kernel advantages tried
@@ -216,7 +216,7 @@ def torch_summary(logs: dict[str, list[float]]) -> str:
 
 def compiled_backstop() -> tuple[int, float]:
     """kBlockwiseBackstopAboveM and kBlockwiseKernelAdvantage as blockwise_dispatch.h sets them."""
-    text = (ROOT / "csrc" / "sm90" / "blockwise_dispatch.h").read_text()
+    text = (ROOT / "csrc" / "sm90" / "dispatch" / "blockwise_dispatch.h").read_text()
     above_m = re.search(r"kBlockwiseBackstopAboveM = (\d+);", text)
     margin = re.search(r"kBlockwiseKernelAdvantage = ([0-9.]+);", text)
     if not above_m or not margin:

@@ -8,7 +8,7 @@
 #   FP8EXT_STAGES=build,test,bench FP8EXT_BENCH_SUITE=llama ...
 #
 # Stages, run in this order: build, test, calibrate (time the kernels the cost model offers on the tuning shapes:
-# tune.py --calibrate), refit (fit csrc/sm90/cost_model_coeffs.inc on this run's calibration, and rebuild), bench,
+# tune.py --calibrate), refit (fit csrc/sm90/dispatch/cost_model_coeffs.inc on this run's calibration, and rebuild), bench,
 # zoo (the shape zoo, tuning and held-out parts), inductor (torch.compile max-autotune peer on the baseline's 7 shapes,
 # a process per shape within FP8EXT_INDUCTOR_BUDGET_S, default 420 s), multigpu (needs 2 GPUs), invariance (batch
 # invariance through dispatch), host (host time per eager call), floor (decode against an empty kernel and a plain
@@ -134,7 +134,7 @@ if [[ $STAGES == *,test,* ]]; then
 fi
 
 # The cost model's calibration: every kernel the model offers on the zoo's tuning part and the llama grid
-# (scripts/tune.py --calibrate), then the fit written to csrc/sm90/cost_model_coeffs.inc and a rebuild.
+# (scripts/tune.py --calibrate), then the fit written to csrc/sm90/dispatch/cost_model_coeffs.inc and a rebuild.
 if [[ $STAGES == *,calibrate,* ]]; then
   calib_log=${TMPDIR:-/tmp}/fp8ext-calibrate.log
   $PY scripts/tune.py --calibrate --out "$OUT_DIR/calibration.json" --deadline "$DEADLINE" ${FP8EXT_CALIBRATE_ARGS:-} \
@@ -144,7 +144,7 @@ fi
 if [[ $STAGES == *,refit,* ]]; then
   [ -z "$WHEEL" ] || { echo "refit rebuilds fp8ext from source: unset FP8EXT_WHEEL to run it"; exit 1; }
   $PY scripts/tune.py --fit "$OUT_DIR/calibration.json" --write
-  cp csrc/sm90/cost_model_coeffs.inc "$OUT_DIR/cost_model_coeffs.inc"
+  cp csrc/sm90/dispatch/cost_model_coeffs.inc "$OUT_DIR/cost_model_coeffs.inc"
   build
 fi
 

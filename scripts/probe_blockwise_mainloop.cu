@@ -1,7 +1,7 @@
 // Variants of the block-scaled tile kernel's mainloop and cluster, built outside the library and timed next to it
 // and to torch._scaled_mm (cuBLASLt) by scripts/probe_blockwise_mainloop.py, which loads this file as a shared
 // library through ctypes. Nothing here includes libtorch; the kernels are the library's template
-// (sm90/blockwise_gemm.cuh) with the mainloop swapped, so any difference in time is the mainloop's or the
+// (sm90/blockwise/blockwise_gemm.cuh) with the mainloop swapped, so any difference in time is the mainloop's or the
 // cluster's.
 //
 // Each variant is one translation unit: compile this file once per PROBE_VARIANT (0..kVariants-1) with
@@ -41,7 +41,7 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "sm90/blockwise_gemm.h"
+#include "sm90/blockwise/blockwise_gemm.h"
 
 // What precedes each commit group but the first in the il* and loop* variants: 1 a wgmma.fence
 // (warpgroup_arrive, as the library's second half has; what the records ran), 2 a __syncwarp, 0 nothing.
@@ -86,7 +86,7 @@ using RunFn = int (*)(const Call&, char* err, int err_len);
 #define PROBE_CAT(a, b) PROBE_CAT_(a, b)
 
 #ifdef PROBE_PART
-#include "sm90/blockwise_gemm.cuh"
+#include "sm90/blockwise/blockwise_gemm.cuh"
 
 namespace probe {
 using namespace fp8ext::sm90;

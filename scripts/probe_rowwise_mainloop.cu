@@ -1,7 +1,7 @@
 // Variants of the row-wise overlapped (precise) kernels' mainloop, built outside the library and called through
 // ctypes by scripts/probe_rowwise_mainloop.py, which times them in one process, in the same turns, next to the
 // library's kernels (forced) and torch._scaled_mm with use_fast_accum=False (cuBLASLt). Nothing here includes
-// libtorch; each variant is sm90/rowwise_gemm.cuh's kernel for one KernelConfig with its mainloop swapped.
+// libtorch; each variant is sm90/rowwise/rowwise_gemm.cuh's kernel for one KernelConfig with its mainloop swapped.
 //
 // Each variant is one translation unit: compile this file once per PROBE_VARIANT (0..kVariants-1) with
 // -DPROBE_VARIANT=i -DPROBE_PART, and once without PROBE_PART for the table of entry points:
@@ -12,13 +12,13 @@
 //   nvcc -shared v*.o table.o -o probe_rowwise_mainloop.so
 //
 // The mainloops:
-//   lib     the library's (sm90/overlap_promotion_mainloop.cuh): tile t+1's four wgmmas, the wait, tile t's adds
+//   lib     the library's (sm90/rowwise/overlap_promotion_mainloop.cuh): tile t+1's four wgmmas, the wait, tile t's adds
 //   halves  two of tile t+1's wgmmas, the wait, tile t's adds, the other two: the block-scaled loop's order
-//           (sm90/overlap_blockwise_mainloop.cuh), which ran 2-7% faster than four-then-fold there
+//           (sm90/blockwise/overlap_blockwise_mainloop.cuh), which ran 2-7% faster than four-then-fold there
 #include <cstdint>
 #include <cstdio>
 
-#include "sm90/gemm_params.h"
+#include "sm90/common/gemm_params.h"
 
 namespace probe {
 struct Call {
@@ -49,7 +49,7 @@ using RunFn = int (*)(const Call&, char* err, int err_len);
 #define PROBE_CAT(a, b) PROBE_CAT_(a, b)
 
 #ifdef PROBE_PART
-#include "sm90/rowwise_gemm.cuh"
+#include "sm90/rowwise/rowwise_gemm.cuh"
 
 namespace probe {
 using namespace fp8ext::sm90;

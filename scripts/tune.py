@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Calibrate the dispatch cost model (csrc/sm90/cost_model.h): measure on the tuning shapes, fit, write.
+"""Calibrate the dispatch cost model (csrc/sm90/dispatch/cost_model.h): measure on the tuning shapes, fit, write.
 
 On an H100/H200 with fp8ext built (every kernel):
     python scripts/tune.py --calibrate --out bench/tuning/h200-<date>-calibration-<commit>.json
@@ -12,7 +12,7 @@ kernel (fp8ext's _cost_terms), so that the fit needs no GPU and no build.
 Anywhere (numpy and scipy):
     python scripts/tune.py --fit bench/tuning/<calibration>.json [more.json ...] --write
 fits c0..c3 of every kernel with enough rows (and of torch's row-wise path) by non-negative least squares on the
-relative error of predicted against measured time, and writes csrc/sm90/cost_model_coeffs.inc; --report prints, per weight left out of
+relative error of predicted against measured time, and writes csrc/sm90/dispatch/cost_model_coeffs.inc; --report prints, per weight left out of
 the fit in turn, how far the model's pick is from the fastest measured kernel (leave-one-weight-out).
 
 Only the zoo's tuning part and the llama grid are ever measured here: the held-out part is the benchmark's
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-COEFFS = ROOT / "csrc" / "sm90" / "cost_model_coeffs.inc"
+COEFFS = ROOT / "csrc" / "sm90" / "dispatch" / "cost_model_coeffs.inc"
 if importlib.util.find_spec("fp8ext") is None:  # run from a source tree without an installed fp8ext
     sys.path.append(str(ROOT / "python"))
 
@@ -320,7 +320,7 @@ def main() -> int:
     p.add_argument("--no-llama", action="store_true", help="with --calibrate: the zoo's tuning part only")
     p.add_argument("--deadline", type=float, help="with --calibrate: stop measuring at this Unix time")
     p.add_argument("--fit", type=Path, nargs="+", help="calibration JSON files to fit on")
-    p.add_argument("--write", action="store_true", help="with --fit: write csrc/sm90/cost_model_coeffs.inc")
+    p.add_argument("--write", action="store_true", help="with --fit: write csrc/sm90/dispatch/cost_model_coeffs.inc")
     p.add_argument("--report", action="store_true", help="with --fit: leave-one-weight-out scores")
     p.add_argument("--sources", action="store_true", help="print the files the committed coefficients came from")
     args = p.parse_args()

@@ -99,7 +99,7 @@ def test_import_with_a_damaged_cache_warns_and_goes_on(tmp_path, case):
 
 
 def cache_write(path, entries):
-    """The tuner's own writer (csrc/sm90/autotune_cache.cpp): merge `entries` into the file."""
+    """The tuner's own writer (csrc/sm90/autotune/autotune_cache.cpp): merge `entries` into the file."""
     error = torch.ops.fp8ext._autotune_cache_write(str(path), list(entries), list(entries.values()))
     assert error == "", error
 

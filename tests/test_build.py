@@ -52,7 +52,7 @@ def test_cost_model_coefficients_name_kernels_of_the_family():
     import json
     import re
     manifest = {k["name"] for k in json.loads((ROOT / "python" / "fp8ext" / "kernel_manifest.json").read_text())["kernels"]}
-    text = (ROOT / "csrc" / "sm90" / "cost_model_coeffs.inc").read_text()
+    text = (ROOT / "csrc" / "sm90" / "dispatch" / "cost_model_coeffs.inc").read_text()
     rows = re.findall(r'^\{"([^"]+)", \{([^}]+)\}\},$', text, re.M)
     assert len(rows) == sum(1 for line in text.splitlines() if line.startswith("{"))
     assert rows

@@ -2,10 +2,11 @@
 times, each output bit for bit equal to the one-CTA kernel of the same tile and mainloop.
 
 In a cluster only one thread of a consumer warpgroup releases a pipeline stage, so the other threads' loads of the
-stage's scales are ordered before the producer refills it by a warpgroup barrier alone (csrc/sm90/overlap_k_loop.cuh,
-"Releasing a stage in a cluster"). Without it a late load would read the next K tile's scales: a wrong result with
-no error. A cluster changes which SM computes a tile, not the arithmetic, so any difference from the one-CTA twin is
-such a defect. Fresh operands every batch; the mismatches are counted on the device, with one host sync a batch.
+stage's scales are ordered before the producer refills it by a warpgroup barrier alone
+(csrc/sm90/common/overlap_k_loop.cuh, "Releasing a stage in a cluster"). Without it a late load would read the next
+K tile's scales: a wrong result with no error. A cluster changes which SM computes a tile, not the arithmetic, so
+any difference from the one-CTA twin is such a defect. Fresh operands every batch; the mismatches are counted on the
+device, with one host sync a batch.
 """
 import re
 

@@ -1,5 +1,5 @@
 """The cost model's scheduler-option rule, its tile counts, its formula and the torch backstop, without a GPU (any
-CUDA build with every kernel registers them; csrc/sm90/cost_model.h)."""
+CUDA build with every kernel registers them; csrc/sm90/dispatch/cost_model.h)."""
 import random
 import subprocess
 import sys

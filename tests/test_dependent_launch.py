@@ -1,7 +1,7 @@
-"""Programmatic dependent launch (csrc/grid_dependency.cuh): the activation quantize and the decode GEMMs may start
-before the kernel ahead of them in the stream has finished, and touch nothing but L2 prefetches of the weight
-until their wait. These tests write every input with the kernels just before the GEMM, eagerly and inside CUDA
-graphs, and check that each result is computed from the new values; and that the outputs do not depend on
+"""Programmatic dependent launch (csrc/sm90/common/grid_dependency.cuh): the activation quantize and the decode
+GEMMs may start before the kernel ahead of them in the stream has finished, and touch nothing but L2 prefetches of
+the weight until their wait. These tests write every input with the kernels just before the GEMM, eagerly and inside
+CUDA graphs, and check that each result is computed from the new values; and that the outputs do not depend on
 whether PDL is on (FP8EXT_PDL=0)."""
 import os
 import subprocess

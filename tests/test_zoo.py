@@ -30,7 +30,7 @@ def test_heldout_weights_are_never_measured_for_calibration():
 def test_the_committed_coefficients_were_fitted_without_a_heldout_row():
     held = {(r["N"], r["K"]) for r in zoo_rows("heldout")}
     sources = tune.coefficient_sources()
-    assert sources, "csrc/sm90/cost_model_coeffs.inc names no calibration file"
+    assert sources, "csrc/sm90/dispatch/cost_model_coeffs.inc names no calibration file"
     for src in sources:
         rows = json.loads((ROOT / src).read_text())["rows"]
         assert rows

@@ -1,4 +1,5 @@
-// Standalone GPU self-test of the block-scaled kernels (csrc/sm90/blockwise_kernels/): no torch, no Python.
+// Standalone GPU self-test of the block-scaled kernels (csrc/sm90/blockwise/kernels/ and csrc/sm90/decode/bw_gemv_*.cu):
+// no torch, no Python.
 // Built and run by scripts/blockwise_selftest.sh; exits non-zero on any failure.
 //
 // For every registered kernel:
@@ -29,7 +30,7 @@
 #include <thread>
 #include <vector>
 
-#include "sm90/blockwise_gemm.h"
+#include "sm90/blockwise/blockwise_gemm.h"
 
 using namespace fp8ext::sm90;
 

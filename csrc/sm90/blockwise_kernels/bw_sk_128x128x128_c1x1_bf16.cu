@@ -1,9 +1,0 @@
-// One block-scaled kernel per translation unit (each takes minutes to compile); see blockwise_gemm.cuh.
-#include "sm90/blockwise_gemm.cuh"
-
-namespace {
-using Config = ::fp8ext::sm90::BlockwiseConfig<128, 128, 128, 1, 1, ::fp8ext::sm90::Schedule::kStreamK,
-                                               ::fp8ext::sm90::OutType::kBF16, false>;
-}
-
-FP8EXT_SM90_BLOCKWISE_KERNEL("bw_sk_128x128x128_c1x1_bf16", Config)
