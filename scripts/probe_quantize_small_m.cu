@@ -1,6 +1,6 @@
 // Where a small-M quantize_rowwise spends its time over an empty launch: a standalone probe (no libtorch).
 //
-//   nvcc -std=c++17 -O3 -arch=sm_90a -DFP8EXT_WITH_CUDA -Icsrc scripts/probe_quantize_small_m.cu csrc/quantize_rowwise.cu \
+//   nvcc -std=c++17 -O3 -arch=sm_90a -DFP8EXT_WITH_CUDA -Icsrc scripts/probe_quantize_small_m.cu csrc/quantize/quantize_rowwise.cu \
 //        -o /tmp/probe_quantize && /tmp/probe_quantize > probe.json
 //
 // Several copies of the library's kernel can be compiled into one binary and timed side by side, sample by sample
@@ -9,7 +9,7 @@
 // bench/results/h200-2026-12-02-probe-quantize-small-m-2eb63bd.json).
 // Each copy is compiled on its own with its namespace renamed, and the list is given to the probe:
 //
-//   git show <commit>:csrc/quantize_rowwise.cu > /tmp/q_old.cu
+//   git show <commit>:csrc/quantize/quantize_rowwise.cu > /tmp/q_old.cu
 //   nvcc -c ... -Dfp8ext=fp8ext_old -Icsrc /tmp/q_old.cu -o /tmp/q_old.o          (likewise q_new from csrc/)
 //   nvcc ... -DPROBE_LIBS="LIB(old) LIB(new)" scripts/probe_quantize_small_m.cu /tmp/q_old.o /tmp/q_new.o -o ...
 //
@@ -53,7 +53,7 @@
 #include <string>
 #include <vector>
 
-#include "quantize_rowwise.h"
+#include "quantize/quantize_rowwise.h"
 
 #define CHECK(x)                                                                                 \
   do {                                                                                           \

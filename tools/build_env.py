@@ -148,14 +148,15 @@ def sources(with_cuda: bool) -> list[Path]:
     # The autotune cache file's I/O is plain C++ and in every build: the CPU-only one reads and tests it too.
     # quantize_{rowwise,blockwise}_op.cpp (their checks and CPU paths) and linear_checks.cpp too; their CUDA entries
     # and the quantize kernels only with CUDA.
-    srcs = [CSRC / "bindings.cpp", CSRC / "internal_ops.cpp", CSRC / "op_errors.cpp", CSRC / "scaled_mm_checks.cpp",
-            CSRC / "scaled_mm_cpu.cpp",
-            SM90 / "autotune" / "autotune_cache.cpp", CSRC / "quantize_rowwise_op.cpp",
-            CSRC / "quantize_blockwise_op.cpp", CSRC / "linear_checks.cpp"]
+    ops, quantize = CSRC / "ops", CSRC / "quantize"
+    srcs = [ops / "bindings.cpp", ops / "internal_ops.cpp", ops / "op_errors.cpp", ops / "scaled_mm_checks.cpp",
+            CSRC / "reference" / "scaled_mm_cpu.cpp",
+            SM90 / "autotune" / "autotune_cache.cpp", quantize / "quantize_rowwise_op.cpp",
+            quantize / "quantize_blockwise_op.cpp", ops / "linear_checks.cpp"]
     if with_cuda:
-        srcs += [CSRC / "quantize_rowwise_cuda.cpp", CSRC / "quantize_rowwise.cu",
-                 CSRC / "quantize_blockwise_cuda.cpp", CSRC / "quantize_blockwise.cu"]
-        srcs += [CSRC / "scaled_mm_cuda.cpp", SM90 / "rowwise" / "kernel_registry.cpp",
+        srcs += [quantize / "quantize_rowwise_cuda.cpp", quantize / "quantize_rowwise.cu",
+                 quantize / "quantize_blockwise_cuda.cpp", quantize / "quantize_blockwise.cu"]
+        srcs += [ops / "scaled_mm_cuda.cpp", SM90 / "rowwise" / "kernel_registry.cpp",
                  SM90 / "dispatch" / "dispatch.cpp", SM90 / "dispatch" / "cost_model.cpp",
                  SM90 / "autotune" / "autotune.cpp", SM90 / "blockwise" / "blockwise_registry.cpp",
                  SM90 / "dispatch" / "blockwise_dispatch.cpp"]

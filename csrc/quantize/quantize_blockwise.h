@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "quantize_rowwise.h"
+#include "quantize/quantize_rowwise.h"
 
 namespace fp8ext {
 

@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "scaled_mm_checks.h"
+#include "ops/scaled_mm_checks.h"
 
 namespace fp8ext {
 

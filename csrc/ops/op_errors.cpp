@@ -1,5 +1,5 @@
 // The names in fp8ext's error messages (op_errors.h), in header-only torch types.
-#include "op_errors.h"
+#include "ops/op_errors.h"
 
 #include <cctype>
 

@@ -11,8 +11,8 @@
 
 #include <torch/csrc/stable/tensor.h>
 
-#include "op_errors.h"
-#include "quantize_rowwise.h"
+#include "ops/op_errors.h"
+#include "quantize/quantize_rowwise.h"
 
 namespace fp8ext {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "op_errors.h"
+#include "ops/op_errors.h"
 
 namespace fp8ext {
 

@@ -5,8 +5,8 @@
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
 
-#include "quantize_rowwise_op.h"
-#include "torch_calls.h"
+#include "quantize/quantize_rowwise_op.h"
+#include "ops/torch_calls.h"
 
 namespace fp8ext {
 namespace {

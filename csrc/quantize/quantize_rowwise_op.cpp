@@ -11,7 +11,7 @@
 #include <torch/headeronly/util/Float8_e5m2.h>
 #include <torch/headeronly/util/Half.h>
 
-#include "quantize_rowwise_op.h"
+#include "quantize/quantize_rowwise_op.h"
 
 namespace fp8ext {
 namespace {

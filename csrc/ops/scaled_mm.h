@@ -8,7 +8,7 @@
 
 #include <torch/csrc/stable/tensor.h>
 
-#include "scaled_mm_checks.h"
+#include "ops/scaled_mm_checks.h"
 
 namespace fp8ext {
 

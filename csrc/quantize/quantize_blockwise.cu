@@ -18,8 +18,8 @@
 #include <cuda_runtime.h>
 
 #include "sm90/common/grid_dependency.cuh"
-#include "quantize_blockwise.h"
-#include "quantize_common.cuh"
+#include "quantize/quantize_blockwise.h"
+#include "quantize/quantize_common.cuh"
 
 namespace fp8ext {
 namespace {

@@ -30,8 +30,8 @@
 #include <cuda_runtime.h>
 
 #include "sm90/common/grid_dependency.cuh"
-#include "quantize_common.cuh"
-#include "quantize_rowwise.h"
+#include "quantize/quantize_common.cuh"
+#include "quantize/quantize_rowwise.h"
 
 namespace fp8ext {
 namespace {

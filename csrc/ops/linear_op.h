@@ -12,8 +12,8 @@
 
 #include <optional>
 
-#include "quantize_rowwise.h"
-#include "scaled_mm_checks.h"
+#include "quantize/quantize_rowwise.h"
+#include "ops/scaled_mm_checks.h"
 
 namespace fp8ext {
 

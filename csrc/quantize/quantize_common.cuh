@@ -12,7 +12,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-#include "quantize_rowwise.h"
+#include "quantize/quantize_rowwise.h"
 
 namespace fp8ext {
 

@@ -6,8 +6,8 @@
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 
-#include "quantize_blockwise_op.h"
-#include "torch_calls.h"
+#include "quantize/quantize_blockwise_op.h"
+#include "ops/torch_calls.h"
 
 namespace fp8ext {
 namespace {

@@ -11,10 +11,10 @@
 #include <torch/csrc/stable/device.h>
 #include <torch/csrc/stable/library.h>
 
-#include "linear_op.h"
-#include "quantize_blockwise_op.h"
-#include "quantize_rowwise_op.h"
-#include "scaled_mm_checks.h"
+#include "ops/linear_op.h"
+#include "quantize/quantize_blockwise_op.h"
+#include "quantize/quantize_rowwise_op.h"
+#include "ops/scaled_mm_checks.h"
 #include "sm90/autotune/autotune_cache.h"
 
 namespace fp8ext {

@@ -1,8 +1,8 @@
 // The validation of fp8ext::linear (linear_op.h), in header-only torch types: the CUDA backend and the fake
 // implementation (the _check_linear_meta op) run this same code.
-#include "linear_op.h"
+#include "ops/linear_op.h"
 
-#include "quantize_rowwise_op.h"
+#include "quantize/quantize_rowwise_op.h"
 
 namespace fp8ext {
 namespace {

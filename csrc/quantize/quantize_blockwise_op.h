@@ -9,8 +9,8 @@
 
 #include <torch/csrc/stable/tensor.h>
 
-#include "op_errors.h"
-#include "quantize_blockwise.h"
+#include "ops/op_errors.h"
+#include "quantize/quantize_blockwise.h"
 
 namespace fp8ext {
 

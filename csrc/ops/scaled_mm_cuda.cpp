@@ -32,9 +32,9 @@
 #include <torch/csrc/stable/macros.h>
 #include <torch/csrc/stable/ops.h>
 
-#include "linear_op.h"
-#include "quantize_rowwise_op.h"
-#include "scaled_mm.h"
+#include "ops/linear_op.h"
+#include "quantize/quantize_rowwise_op.h"
+#include "ops/scaled_mm.h"
 #include "sm90/autotune/autotune.h"
 #include "sm90/autotune/autotune_cache.h"
 #include "sm90/dispatch/blockwise_dispatch.h"
@@ -42,7 +42,7 @@
 #include "sm90/dispatch/dispatch.h"
 #include "sm90/common/gemm_params.h"
 #include "sm90/rowwise/kernel_registry.h"
-#include "torch_calls.h"
+#include "ops/torch_calls.h"
 
 namespace fp8ext {
 namespace {
