@@ -1,5 +1,5 @@
-"""The float32 reference path (csrc/scaled_mm_cpu.cpp) works in tiles whose float32 temporaries stay within
-64 MiB (scaled_mm.h, kReferenceChunkBytes), with the same result as one full-size float32 GEMM. Integer-valued
+"""The float32 reference path (csrc/reference/scaled_mm_cpu.cpp) works in tiles whose float32 temporaries stay within
+64 MiB (scaled_mm_reference.h, kReferenceChunkBytes), with the same result as one full-size float32 GEMM. Integer-valued
 operands and power-of-two scales make every float32 sum exact, so the results must be equal whatever the order
 of the additions."""
 import subprocess

@@ -149,14 +149,18 @@ def sources(with_cuda: bool) -> list[Path]:
     # quantize_{rowwise,blockwise}_op.cpp (their checks and CPU paths) and linear_checks.cpp too; their CUDA entries
     # and the quantize kernels only with CUDA.
     ops, quantize = CSRC / "ops", CSRC / "quantize"
-    srcs = [ops / "bindings.cpp", ops / "internal_ops.cpp", ops / "op_errors.cpp", ops / "scaled_mm_checks.cpp",
-            CSRC / "reference" / "scaled_mm_cpu.cpp",
+    srcs = [ops / "schemas.cpp", ops / "meta_checks.cpp", ops / "autotune_cache_ops.cpp", ops / "op_errors.cpp",
+            ops / "scaled_mm_checks.cpp", CSRC / "reference" / "scaled_mm_cpu.cpp",
             SM90 / "autotune" / "autotune_cache.cpp", quantize / "quantize_rowwise_op.cpp",
             quantize / "quantize_blockwise_op.cpp", ops / "linear_checks.cpp"]
     if with_cuda:
         srcs += [quantize / "quantize_rowwise_cuda.cpp", quantize / "quantize_rowwise.cu",
                  quantize / "quantize_blockwise_cuda.cpp", quantize / "quantize_blockwise.cu"]
-        srcs += [ops / "scaled_mm_cuda.cpp", SM90 / "rowwise" / "kernel_registry.cpp",
+        # The CUDA backends of scaled_mm and linear, and the internal ops of a CUDA build.
+        srcs += [ops / "scaled_mm_cuda.cpp", ops / "linear_cuda.cpp", ops / "torch_backstop.cpp",
+                 ops / "sm90_launch.cpp", ops / "cuda_device.cpp", ops / "autotune_timing.cpp",
+                 ops / "introspection.cpp", ops / "testing_hooks.cpp"]
+        srcs += [SM90 / "rowwise" / "kernel_registry.cpp",
                  SM90 / "dispatch" / "dispatch.cpp", SM90 / "dispatch" / "cost_model.cpp",
                  SM90 / "autotune" / "autotune.cpp", SM90 / "blockwise" / "blockwise_registry.cpp",
                  SM90 / "dispatch" / "blockwise_dispatch.cpp"]

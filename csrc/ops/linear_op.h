@@ -7,7 +7,7 @@
 // x's shape with K replaced by N. One call instead of two saves a dispatcher round trip and the Python views
 // between them: eager decode and small prefills are bound by the host's time per layer (docs/model_path.md).
 // Validation here, on metadata alone (shared with the fake implementation through _check_linear_meta); the CUDA
-// backend is in scaled_mm_cuda.cpp, the CPU one (the two ops in turn) in python/fp8ext/ops.py.
+// backend is in linear_cuda.cpp, the CPU one (the two ops in turn) in python/fp8ext/ops.py.
 #pragma once
 
 #include <optional>

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstddef>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -61,6 +62,11 @@ void call_aten(const char* op, const char* overload, std::array<StableIValue, N>
 // A warning, as TORCH_WARN gives it: a Python UserWarning when the op was called from Python.
 inline void warn(const std::string& message) {
   aoti_torch_warn("fp8ext", __FILE__, static_cast<uint32_t>(__LINE__), message.c_str());
+}
+
+// A warning given once per process and call site (the `once` flag), as TORCH_WARN_ONCE.
+inline void warn_once(std::once_flag& once, const std::string& message) {
+  std::call_once(once, [&] { warn(message); });
 }
 
 #ifdef FP8EXT_WITH_CUDA

@@ -1,6 +1,6 @@
 // Declarations shared by the torch-facing files of fp8ext::quantize_blockwise (PyTorch's stable ABI): its one
 // validation and its outputs' allocation (quantize_blockwise_op.cpp, with the CPU backend). The CUDA backend
-// registers itself in quantize_blockwise_cuda.cpp; the schema is in bindings.cpp, the fake implementation and the
+// registers itself in quantize_blockwise_cuda.cpp; the schema is in ops/schemas.cpp, the fake implementation and the
 // public entry (fp8ext.quantize_blockwise, which also quantizes 128 x 128 weight blocks) in python/fp8ext/quantize.py.
 #pragma once
 

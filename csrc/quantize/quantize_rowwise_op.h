@@ -1,6 +1,6 @@
 // Declarations shared by the torch-facing files of fp8ext::quantize_rowwise (PyTorch's stable ABI): its one
 // validation and its outputs' allocation (quantize_rowwise_op.cpp, with the CPU backend). The CUDA backend
-// registers itself in quantize_rowwise_cuda.cpp; the schema is in bindings.cpp, the fake implementation in
+// registers itself in quantize_rowwise_cuda.cpp; the schema is in ops/schemas.cpp, the fake implementation in
 // python/fp8ext/quantize.py.
 #pragma once
 

@@ -7,8 +7,8 @@
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 
-#include "ops/scaled_mm.h"
 #include "ops/torch_calls.h"
+#include "reference/scaled_mm_reference.h"
 
 namespace fp8ext {
 namespace {

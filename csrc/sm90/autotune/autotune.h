@@ -6,7 +6,7 @@
 // cost model's top kAutotuneCandidates kernels, each with the scheduler options the model chose for the call, on
 // the call's own operands, and keeps the fastest: the median of 9 timings per candidate, taken in 3 interleaved
 // turns after one untimed call.
-// Timing is the caller's job (scaled_mm_cuda.cpp owns streams and events); this file is plain C++, no CUDA, no
+// Timing is the caller's job (ops/autotune_timing.cpp owns streams and events); this file is plain C++, no CUDA, no
 // libtorch. Thread-safe: lookups share a lock, and tuning is serialised so that concurrent tunings neither
 // disturb each other's timings nor tune one bucket twice.
 #pragma once

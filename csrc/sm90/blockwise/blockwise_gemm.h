@@ -1,4 +1,4 @@
-// The plain-C++ interface between the libtorch entry (scaled_mm_cuda.cpp) and the block-scaled CUTLASS kernels
+// The plain-C++ interface between the libtorch entry (ops/scaled_mm_cuda.cpp) and the block-scaled CUTLASS kernels
 // (blockwise_gemm.cuh, one config per file in kernels/).
 //
 // Everything is in the user's frame, with g = k / 128 (the K group) and h = j / 128 (the N block):

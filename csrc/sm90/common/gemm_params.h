@@ -1,4 +1,4 @@
-// The plain-C++ interface between the libtorch entry (scaled_mm_cuda.cpp) and the CUTLASS kernels.
+// The plain-C++ interface between the libtorch entry (ops/scaled_mm_cuda.cpp) and the CUTLASS kernels.
 //
 // Everything is in the user's frame:
 //   out[i, j] = scale_a[i] * scale_b[j] * sum_k a[i, k] * b[k, j]  (+ bias[j])

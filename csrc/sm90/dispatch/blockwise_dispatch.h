@@ -34,7 +34,7 @@
 // residuals (the "torch._scaled_mm" row of the fits), and it runs the call where the best kernel is not predicted
 // at least kBlockwiseKernelAdvantage faster. Only above kBlockwiseBackstopAboveM and kBlockwiseBackstopMinUs of
 // predicted time, on the shapes torch computes (torch_blockwise_computes), where the caller says torch can take
-// the call as given (torch 2.11, torch's scale layouts, bf16 output, no bias: scaled_mm_cuda.cpp) and the torch
+// the call as given (torch 2.11, torch's scale layouts, bf16 output, no bias: ops/torch_backstop.cpp) and the torch
 // backend is on.
 // scripts/fit_blockwise_dispatch.py fits them on the tuning part of the blockwise suite (DeepSeek-V3's layers,
 // every kernel timed, every M) and on the rows of --shapes runs named as tuning material (docs/blockwise.md); the

@@ -1,21 +1,17 @@
-// fp8ext's internal ops without tensors (PyTorch's stable ABI): the validation of scaled_mm, quantize_rowwise and
-// linear on metadata alone, for their fake implementations (python/fp8ext/ops.py, quantize.py), and the autotune
-// cache file's reader and writer, in every build (a CPU-only one included) so that python/fp8ext/autotune.py
-// reads it and the tests exercise the tuner's own writer without a GPU. The schemas are in bindings.cpp.
+// The validation of scaled_mm, linear and the quantize ops on metadata alone (the _check_*_meta ops, PyTorch's
+// stable ABI), for their fake implementations (python/fp8ext/ops.py, quantize.py): the same checks and messages
+// as the eager backends, for traced calls. In every build. The schemas are in schemas.cpp.
 #include <cstdint>
 #include <optional>
-#include <string>
-#include <tuple>
 #include <vector>
 
 #include <torch/csrc/stable/device.h>
 #include <torch/csrc/stable/library.h>
 
 #include "ops/linear_op.h"
+#include "ops/scaled_mm_checks.h"
 #include "quantize/quantize_blockwise_op.h"
 #include "quantize/quantize_rowwise_op.h"
-#include "ops/scaled_mm_checks.h"
-#include "sm90/autotune/autotune_cache.h"
 
 namespace fp8ext {
 namespace {
@@ -79,23 +75,6 @@ void check_quantize_blockwise_meta_op(std::vector<int64_t> sizes, std::vector<in
   check_quantize_blockwise(sizes, strides, x_dtype, dtype);
 }
 
-// Returns (why the file is unusable or "", [bucket0, kernel0, bucket1, kernel1, ...]); a missing file is no error
-// and has no entries.
-std::tuple<std::string, std::vector<std::string>> autotune_cache_read(std::string path) {
-  const sm90::CacheRead r = sm90::read_cache(path);
-  return {r.error, sm90::flatten_entries(r.entries)};
-}
-
-// Merges the entries into the file as the tuner does after a new choice; returns "" or what failed.
-std::string autotune_cache_write(std::string path, std::vector<std::string> buckets,
-                                 std::vector<std::string> kernels) {
-  FP8EXT_CHECK(buckets.size() == kernels.size(), "fp8ext.autotune: ", buckets.size(), " buckets but ",
-               kernels.size(), " kernel names");
-  sm90::CacheEntries entries;
-  for (size_t i = 0; i < buckets.size(); ++i) entries[buckets[i]] = kernels[i];
-  return sm90::write_cache(path, entries);
-}
-
 }  // namespace
 
 STABLE_TORCH_LIBRARY_IMPL(fp8ext, CompositeExplicitAutograd, m) {
@@ -103,8 +82,6 @@ STABLE_TORCH_LIBRARY_IMPL(fp8ext, CompositeExplicitAutograd, m) {
   m.impl("_check_quantize_rowwise_meta", TORCH_BOX(&check_quantize_rowwise_meta_op));
   m.impl("_check_quantize_blockwise_meta", TORCH_BOX(&check_quantize_blockwise_meta_op));
   m.impl("_check_linear_meta", TORCH_BOX(&check_linear_meta_op));
-  m.impl("_autotune_cache_read", TORCH_BOX(&autotune_cache_read));
-  m.impl("_autotune_cache_write", TORCH_BOX(&autotune_cache_write));
 }
 
 }  // namespace fp8ext
