@@ -11,7 +11,7 @@ import fp8ext
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "csrc" / "sm90"))
-from generate_kernels import ROWS, decode_kernel_names  # noqa: E402
+from generate_kernels import BLOCKWISE_ROWS, ROWS, blockwise_decode_kernel_names, decode_kernel_names  # noqa: E402
 
 # The hand-written decode kernels (gemv_rowwise.cu, gemv_tensor_core.cu), which the generator's table does not list.
 DECODE_KERNELS = decode_kernel_names()
@@ -73,6 +73,28 @@ def test_manifest_lists_the_table_and_the_decode_kernels():
             twin = manifest[t["twin"]]
             assert (twin["out"], twin["in_a"]) == ("bf16", "e4m3")
             assert all(twin[k] == t[k] for k in ("schedule", "tile", "cluster", "accum", "swap_ab", "promotion"))
+
+
+def test_manifest_lists_the_blockwise_table_and_its_decode_kernels():
+    import json
+    data = json.loads((ROOT / "python" / "fp8ext" / "kernel_manifest.json").read_text())
+    rowwise = {k["name"] for k in data["kernels"]}
+    manifest = {k["name"]: k for k in data["blockwise_kernels"]}
+    assert set(manifest) == {r.name for r in BLOCKWISE_ROWS} | blockwise_decode_kernel_names()
+    for r in BLOCKWISE_ROWS:
+        t = manifest[r.name]
+        assert (t["tile"], t["cluster"], t["swap_ab"], t["overlap"], t["workspace"]) == (
+            list(r.tile), list(r.cluster), r.swap_ab, r.overlap, r.schedule == "sk")
+    for name, t in manifest.items():
+        assert name.startswith("bw_") and name not in rowwise
+        assert fp8ext.kernel_traits(name) == t
+        if t["rowwise_twin"] is not None:  # a decode kernel's row-wise counterpart
+            assert t["schedule"] == "gemv" and t["rowwise_twin"] in rowwise
+        if t["twin"] is not None:  # the bf16 kernel whose fit it borrows
+            twin = manifest[t["twin"]]
+            assert twin["out"] == "bf16" and all(twin[k] == t[k] for k in ("schedule", "tile", "cluster", "overlap"))
+    if fp8ext.build_info()["cuda"] and not fp8ext.build_info()["subset"]:
+        assert sorted(fp8ext.blockwise_kernel_names()) == sorted(manifest)
 
 
 def test_registered_traits_match_the_manifest():

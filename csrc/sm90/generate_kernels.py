@@ -1,19 +1,66 @@
 #!/usr/bin/env python3
-"""The one table of the sm90 kernel family, and the generator of its translation units.
+"""The one manifest of the sm90 kernels, and the generator of their translation units.
 
-Each row becomes csrc/sm90/rowwise/kernels/<name>.cu: one explicit instantiation of the template in rowwise_gemm.cuh,
-which registers itself under <name> when the library loads (kernel_registry.h). One kernel per file so the
-build compiles them in parallel and a change to one row recompiles one file.
+Two tables: ROWS, the row-wise family (per-row / per-column or tensor-wise scales), and BLOCKWISE_ROWS, the
+block-scaled family (1 x 128 activation scales, 128 x 128 weight scales). Each row becomes one translation unit,
+csrc/sm90/rowwise/kernels/<name>.cu or csrc/sm90/blockwise/kernels/<name>.cu: one explicit instantiation of the
+template in rowwise/rowwise_gemm.cuh or blockwise/blockwise_gemm.cuh, which registers itself under <name> when the
+library loads (rowwise/kernel_registry.h, blockwise/blockwise_gemm.h). One kernel per file so the build compiles
+them in parallel and a change to one row recompiles one file.
 
-    python csrc/sm90/generate_kernels.py          # rewrite kernels/ and the manifest from the table
-    python csrc/sm90/generate_kernels.py --check  # exit 1 if either is not what the table says (CI test)
+    python csrc/sm90/generate_kernels.py          # rewrite both kernels/ folders and the manifest from the tables
+    python csrc/sm90/generate_kernels.py --check  # exit 1 if any of them is not what the tables say (CI test)
+    python csrc/sm90/generate_kernels.py --list   # the row-wise kernels' names
 
 It also writes python/fp8ext/kernel_manifest.json: every kernel's traits as data (tile, cluster, schedule,
-accumulation, dtypes, max M, workspace, twin), the hand-written decode kernels included. Python reads kernels'
-traits from it; C++ gets the same traits from each kernel's KernelConfig (and the decode kernels' registration).
+accumulation, dtypes, max M, workspace, twin), the hand-written decode kernels (csrc/sm90/decode/) included:
+"kernels" lists the row-wise family, "blockwise_kernels" the block-scaled one. Python reads kernels' traits from
+it; C++ gets the same traits from each kernel's config (KernelConfig, BlockwiseConfig) and the decode kernels'
+registration.
 
-Tile and cluster shapes are in the MMA's frame (see kernel_config.h). Why each row exists is said beside it;
-which row serves which (M, N, K) is the dispatcher's business (dispatch.cpp).
+Kernel names. A name is the kernel's traits written out, its parts joined by "_" in the order below (parts in
+brackets are left out at their default). Nothing parses a name: Python reads the manifest, C++ the configs.
+
+    row-wise:      [swap]_<schedule>_<tm>x<tn>x<tk>_c<cm>x<cn>[_pi<n>][_ov]_<accum>_<out>[_a<in>]
+    block-scaled:  bw_[swap]_<schedule>_<tm>x<tn>x<tk>_c<cm>x<cn>[_ov]_<out>
+
+    part              meaning
+    bw                block-scaled: scale_a per 1 x 128 group of a row, scale_b per 128 x 128 block; e4m3 operands,
+                      partial sums promoted into fp32 every 128 of K (so no accumulation part)
+    swap              swap_ab: the kernel computes out^T = b^T a^T, so the weight rows are the MMA's M and a small
+                      M (the tokens) is the MMA's N. Tile and cluster are in the MMA's frame (kernel_config.h)
+    pp                schedule pingpong: two consumer warpgroups, each owns a whole tile; the epilogue of one
+                      overlaps the MMA of the other
+    coop              schedule cooperative: two consumer warpgroups split one tile along M
+    sk                schedule stream-K: cooperative, with K split across CTAs for few, deep tiles; needs a
+                      workspace, so dispatch passes it over inside CUDA-graph capture
+    <tm>x<tn>x<tk>    the CTA tile, in the MMA's frame
+    c<cm>x<cn>        the thread-block cluster, in the MMA's frame: its CTAs share (multicast) the TMA loads of the
+                      operand they have in common
+    pi<n>             precise only: fp32 promotion every n MMA k-blocks (32 of K each); left out: 4, once per 128
+    ov                the overlapped mainloop (rowwise/overlap_promotion_mainloop.cuh, precise only;
+                      blockwise/overlap_blockwise_mainloop.cuh): the next K tile's wgmmas run while the previous
+                      tile's partial sums are promoted; the sums are CUTLASS's, in the same order
+    fast | precise    accumulation: fast keeps the tensor core's reduced-precision accumulator for the whole K loop;
+                      precise promotes its partial sums into fp32 registers every pi<n> k-blocks
+    bf16|fp16|fp32    the output dtype
+    a<in>             the activations' (a's) FP8 type: ae5m2; left out: e4m3. The weight is always e4m3
+
+    decode kernels (hand-written, csrc/sm90/decode/: no tile, no tile scheduler; DECODE_KERNELS below)
+    gemv_m4_precise_<out>              M <= 4 on the CUDA cores, fp32 FMAs; e4m3 or e5m2 activations
+    gemv_tc_m32_r<r>_s<s>_fast_bf16    M <= 32 on the tensor cores (mma.sync): r weight rows per warp (16, 32), K
+                                       split into s slices over the warps of a block; e4m3 or e5m2 activations
+    bw_gemv_m4_<out>                   the block-scaled form of gemv_m4 (its row-wise twin)
+    bw_gemv_tc_m32_r<r>_s<s>_bf16      the block-scaled form of gemv_tc_m32_r<r>_s<s> (its row-wise twin)
+
+Scheduler options are not part of a kernel's name: a row-wise name may be followed by "@" + raster + band, as in
+"coop_128x256x128_c2x1_fast_bf16@H1", for how the persistent tile scheduler walks the output tiles in the kernel's
+own frame: raster M, N or H (CUTLASS's heuristic, along the longer side), in bands of 1, 2, 4 or 8 tiles. The bare
+name means "@H8". Dispatch chooses them per call (dispatch/cost_model.h); fp8ext.force_kernel takes them and
+fp8ext.selected_kernel shows them (dispatch/dispatch.h, KernelChoice).
+
+Why each row exists is said beside it; which row serves which (M, N, K) is the dispatchers' business
+(dispatch/dispatch.cpp, dispatch/blockwise_dispatch.cpp).
 """
 from __future__ import annotations
 
@@ -25,11 +72,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
 KERNEL_DIR = HERE / "rowwise" / "kernels"
+BLOCKWISE_KERNEL_DIR = HERE / "blockwise" / "kernels"
 DECODE_DIR = HERE / "decode"
-MANIFEST = HERE.parent.parent / "python" / "fp8ext" / "kernel_manifest.json"
+MANIFEST = ROOT / "python" / "fp8ext" / "kernel_manifest.json"
 
 SCHEDULES = {"pp": "kPingpong", "coop": "kCooperative", "sk": "kStreamK"}
+SCHEDULE_NAMES = {"pp": "pingpong", "coop": "cooperative", "sk": "streamk"}
 
 
 @dataclass(frozen=True)
@@ -106,8 +156,8 @@ def _rows() -> list[Row]:
     rows += [Row("coop", (128, 192, 128), c, "fast", "bf16") for c in ((1, 1), (2, 1))]
 
     # --- bf16 output, precise accumulation (fp32 promotion every 128 of K). A promoting warpgroup holds two
-    # accumulators, so a warpgroup's share of a tile stays at 64 x 128 or below: coop 128x256 precise spilled 820
-    # bytes (ptxas, 2026-11-29). ---
+    # accumulators, so a warpgroup's share of a tile stays at 64 x 128 or below: ptxas spills 820 bytes for coop
+    # 128x256 precise. ---
     rows += [Row("pp", (64, n, 128), (1, 1), "precise", "bf16", swap_ab=True) for n in (32, 64, 128)]
     rows.append(Row("pp", (64, 128, 128), (1, 1), "precise", "bf16"))
     rows.append(Row("coop", (128, 128, 128), (1, 2), "precise", "bf16"))
@@ -144,6 +194,60 @@ ROWS = _rows()
 
 
 @dataclass(frozen=True)
+class BlockwiseRow:
+    schedule: str  # pp | coop | sk
+    tile: tuple[int, int, int]  # tile_k is the scale group along K, 128
+    cluster: tuple[int, int]
+    out: str  # bf16 | fp16 | fp32
+    swap_ab: bool = False
+    overlap: bool = False  # overlap_blockwise_mainloop.cuh instead of CUTLASS's draining MMA loop
+
+    @property
+    def name(self) -> str:
+        tm, tn, tk = self.tile
+        cm, cn = self.cluster
+        parts = ["bw", "swap" if self.swap_ab else None, self.schedule, f"{tm}x{tn}x{tk}", f"c{cm}x{cn}",
+                 "ov" if self.overlap else None, self.out]
+        return "_".join(p for p in parts if p)
+
+    def config(self) -> str:
+        tm, tn, tk = self.tile
+        cm, cn = self.cluster
+        return (f"::fp8ext::sm90::BlockwiseConfig<{tm}, {tn}, {tk}, {cm}, {cn}, "
+                f"::fp8ext::sm90::Schedule::{SCHEDULES[self.schedule]}, "
+                f"::fp8ext::sm90::OutType::k{self.out.upper()}, {'true' if self.swap_ab else 'false'}"
+                f"{', true' if self.overlap else ''}>")
+
+
+def _blockwise_rows() -> list[BlockwiseRow]:
+    rows: list[BlockwiseRow] = []
+    # A consumer warpgroup holds its share of the fp32 sum and of the tensor core's partial (a third fragment with
+    # ov), so its share of a tile stays at 64 x 128 or below; in the weight's frame a tile also holds whole
+    # 128-column scale blocks. Each tile comes with CUTLASS's mainloop and with the overlapped one (ov), which
+    # computes the same sums in the same order (a GPU test holds every ov kernel to its twin bit for bit).
+    # Large M: the 128 x 128 cooperative tile, the only one built for every output type (fp16 and fp32 borrow the
+    # bf16 kernel's fit in the dispatch).
+    rows += [BlockwiseRow("coop", (128, 128, 128), (1, 1), out) for out in ("bf16", "fp16", "fp32")]
+    rows.append(BlockwiseRow("coop", (128, 128, 128), (1, 1), "bf16", overlap=True))
+    # The same tile in 2-CTA clusters, which share an operand's TMA loads between two SMs. CUTLASS's blockwise loop
+    # does not order a stage's release with every consumer thread's scale reads in a cluster, so a cluster kernel
+    # needs the overlapped mainloop (blockwise_gemm.cuh asserts it).
+    rows += [BlockwiseRow("coop", (128, 128, 128), c, "bf16", overlap=True) for c in ((1, 2), (2, 1))]
+    # Pingpong on 64-row tiles: twice as many tiles as 128 x 128 for the same call.
+    rows += [BlockwiseRow("pp", (64, 128, 128), (1, 1), "bf16", overlap=ov) for ov in (False, True)]
+    # Stream-K on the 128 x 128 tile: for few, deep tiles, K split across the SMs.
+    rows += [BlockwiseRow("sk", (128, 128, 128), (1, 1), "bf16", overlap=ov) for ov in (False, True)]
+    # Small M: swapped, so the tokens are the MMA's narrow N and the weight's 128-row scale blocks its M.
+    rows += [BlockwiseRow("coop", (128, 64, 128), (1, 1), "bf16", swap_ab=True, overlap=ov) for ov in (False, True)]
+    # Small M on weights of few tiles: swapped 32-token tiles with stream-K.
+    rows += [BlockwiseRow("sk", (128, 32, 128), (1, 1), "bf16", swap_ab=True, overlap=ov) for ov in (False, True)]
+    return rows
+
+
+BLOCKWISE_ROWS = _blockwise_rows()
+
+
+@dataclass(frozen=True)
 class DecodeKernel:
     """A hand-written decode kernel (csrc/sm90/decode/gemv_*.cu): no tiles, no tile scheduler, any activation type,
     up to max_m tokens. Its C++ registration states the same traits (a test compares the two)."""
@@ -159,11 +263,37 @@ DECODE_KERNELS = [DecodeKernel(f"gemv_m4_precise_{out}", "precise", out, 4) for 
     DecodeKernel(f"gemv_tc_m32_{v}_fast_bf16", "fast", "bf16", 32) for v in ("r16_s4", "r16_s8", "r32_s8")]
 
 
+
+@dataclass(frozen=True)
+class BlockwiseDecodeKernel:
+    """A hand-written block-scaled decode kernel (csrc/sm90/decode/bw_gemv_*.cu): the row-wise decode kernel
+    `rowwise_twin` with the scales applied inside the K loop; e4m3 activations, up to max_m tokens. The dispatch
+    predicts its time from its twin's (blockwise_dispatch.h). Its C++ registration states the same traits."""
+    name: str
+    out: str
+    max_m: int
+    rowwise_twin: str
+
+
+# bw_gemv_m4.cu: gemv_rowwise.cu's kernel, every output type. bw_gemv_tc.cu: gemv_tensor_core.cu's three variants.
+BLOCKWISE_DECODE_KERNELS = [BlockwiseDecodeKernel(f"bw_gemv_m4_{out}", out, 4, f"gemv_m4_precise_{out}")
+                            for out in ("bf16", "fp16", "fp32")] + [
+    BlockwiseDecodeKernel(f"bw_gemv_tc_m32_{v}_bf16", "bf16", 32, f"gemv_tc_m32_{v}_fast_bf16")
+    for v in ("r16_s4", "r16_s8", "r32_s8")]
+
+
 def decode_kernel_names() -> set[str]:
-    """The names that the hand-written decode kernels (csrc/sm90/decode/gemv_*.cu, outside this table) register under,
-    read from their sources."""
+    """The names that the hand-written row-wise decode kernels (csrc/sm90/decode/gemv_*.cu, outside the table)
+    register under, read from their sources."""
     return {name for path in sorted(DECODE_DIR.glob("gemv_*.cu"))
             for name in re.findall(r'"(gemv_\w+_(?:bf16|fp16|fp32))"', path.read_text())}
+
+
+def blockwise_decode_kernel_names() -> set[str]:
+    """The names that the hand-written block-scaled decode kernels (csrc/sm90/decode/bw_gemv_*.cu) register
+    under, read from their sources."""
+    return {name for path in sorted(DECODE_DIR.glob("bw_gemv_*.cu"))
+            for name in re.findall(r'"(bw_gemv_\w+_(?:bf16|fp16|fp32))"', path.read_text())}
 
 
 def traits(k: Row | DecodeKernel) -> dict:
@@ -185,11 +315,37 @@ def traits(k: Row | DecodeKernel) -> dict:
             "max_m": 0, "workspace": k.schedule == "sk", "twin": twin}
 
 
+def blockwise_traits(k: BlockwiseRow | BlockwiseDecodeKernel) -> dict:
+    """A block-scaled kernel's traits, in the same keys as traits() with the same meanings: accumulation is
+    "precise" (fp32 promotion every K tile of 128, promotion 4 for the tile kernels), activations are e4m3.
+    `twin` is the bf16 kernel of the same name whose dispatch fit a kernel of another output type borrows
+    (blockwise_dispatch.cpp, blockwise_fit; None when there is none, or for that kernel itself); `rowwise_twin` is
+    a decode kernel's row-wise counterpart, whose predicted time the dispatch scales (None for the tile kernels)."""
+    if isinstance(k, BlockwiseDecodeKernel):
+        cand = k.name[:-len(k.out)] + "bf16"
+        twin = cand if k.out != "bf16" and cand in {d.name for d in BLOCKWISE_DECODE_KERNELS} else None
+        return {"name": k.name, "schedule": "gemv", "tile": [0, 0, 0], "cluster": [1, 1], "accum": "precise",
+                "out": k.out, "in_a": "e4m3", "swap_ab": False, "promotion": 0, "overlap": False, "max_m": k.max_m,
+                "workspace": False, "twin": twin, "rowwise_twin": k.rowwise_twin}
+    twin = None
+    if k.out != "bf16":
+        cand = BlockwiseRow(k.schedule, k.tile, k.cluster, "bf16", k.swap_ab, k.overlap)
+        twin = cand.name if cand in BLOCKWISE_ROWS else None
+    return {"name": k.name, "schedule": SCHEDULE_NAMES[k.schedule], "tile": list(k.tile), "cluster": list(k.cluster),
+            "accum": "precise", "out": k.out, "in_a": "e4m3", "swap_ab": k.swap_ab, "promotion": 4,
+            "overlap": k.overlap, "max_m": 0, "workspace": k.schedule == "sk", "twin": twin, "rowwise_twin": None}
+
+
 def manifest() -> str:
-    """python/fp8ext/kernel_manifest.json: the traits of every kernel of the family, sorted by name."""
+    """python/fp8ext/kernel_manifest.json: the traits of every kernel, sorted by name; "kernels" is the row-wise
+    family, "blockwise_kernels" the block-scaled one."""
     kernels = sorted((traits(k) for k in [*ROWS, *DECODE_KERNELS]), key=lambda t: t["name"])
+    blockwise = sorted((blockwise_traits(k) for k in [*BLOCKWISE_ROWS, *BLOCKWISE_DECODE_KERNELS]),
+                       key=lambda t: t["name"])
     lines = ",\n  ".join(json.dumps(k) for k in kernels)
-    return f'{{"format": "fp8ext-kernel-manifest-1",\n "kernels": [\n  {lines}\n ]\n}}\n'
+    blockwise_lines = ",\n  ".join(json.dumps(k) for k in blockwise)
+    return (f'{{"format": "fp8ext-kernel-manifest-1",\n "kernels": [\n  {lines}\n ],\n'
+            f' "blockwise_kernels": [\n  {blockwise_lines}\n ]\n}}\n')
 
 
 TEMPLATE = """\
@@ -203,49 +359,80 @@ using Config = {config};
 FP8EXT_SM90_KERNEL("{name}", Config)
 """
 
+BLOCKWISE_TEMPLATE = """\
+// Generated by csrc/sm90/generate_kernels.py from its block-wise table; edit the table, not this file.
+#include "sm90/blockwise/blockwise_gemm.cuh"
 
-def render() -> dict[str, str]:
-    names = [r.name for r in ROWS]
+namespace {{
+using Config = {config};
+}}
+
+FP8EXT_SM90_BLOCKWISE_KERNEL("{name}", Config)
+"""
+
+
+def _render(rows, template: str) -> dict[str, str]:
+    names = [r.name for r in rows]
     dupes = {n for n in names if names.count(n) > 1}
     if dupes:
         raise SystemExit(f"duplicate kernel names in the table: {sorted(dupes)}")
-    return {f"{r.name}.cu": TEMPLATE.format(name=r.name, config=r.config()) for r in ROWS}
+    return {f"{r.name}.cu": template.format(name=r.name, config=r.config()) for r in rows}
+
+
+def render() -> dict[Path, dict[str, str]]:
+    """Each kernels/ folder and the files the tables put there."""
+    return {KERNEL_DIR: _render(ROWS, TEMPLATE), BLOCKWISE_KERNEL_DIR: _render(BLOCKWISE_ROWS, BLOCKWISE_TEMPLATE)}
+
+
+def _check(outputs: dict[Path, dict[str, str]]) -> int:
+    bad = False
+    for folder, files in outputs.items():
+        existing = {p.name for p in folder.glob("*.cu")}
+        stale = sorted(existing - files.keys())
+        missing = sorted(files.keys() - existing)
+        changed = sorted(f for f in files.keys() & existing if (folder / f).read_text() != files[f])
+        for what, names in (("stale", stale), ("missing", missing), ("out of date", changed)):
+            for n in names:
+                print(f"{what}: {(folder / n).relative_to(ROOT)}", file=sys.stderr)
+        bad = bad or bool(stale or missing or changed)
+    if not MANIFEST.exists() or MANIFEST.read_text() != manifest():
+        print(f"out of date: {MANIFEST.relative_to(ROOT)}", file=sys.stderr)
+        bad = True
+    if decode_kernel_names() != {k.name for k in DECODE_KERNELS}:
+        print("DECODE_KERNELS does not list the names that csrc/sm90/decode/gemv_*.cu register", file=sys.stderr)
+        bad = True
+    if blockwise_decode_kernel_names() != {k.name for k in BLOCKWISE_DECODE_KERNELS}:
+        print("BLOCKWISE_DECODE_KERNELS does not list the names that csrc/sm90/decode/bw_gemv_*.cu register",
+              file=sys.stderr)
+        bad = True
+    return 1 if bad else 0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="only check that kernels/ matches the table")
-    parser.add_argument("--list", action="store_true", help="print the kernel names")
+    parser.add_argument("--check", action="store_true",
+                        help="only check that both kernels/ folders and the manifest match the tables")
+    parser.add_argument("--list", action="store_true", help="print the row-wise kernels' names")
     args = parser.parse_args()
-    files = render()
+    outputs = render()
     if args.list:
-        print("\n".join(sorted(f[:-3] for f in files)))
+        print("\n".join(sorted(f[:-3] for f in outputs[KERNEL_DIR])))
         return 0
-    existing = {p.name for p in KERNEL_DIR.glob("*.cu")}
     if args.check:
-        stale = sorted(existing - files.keys())
-        missing = sorted(files.keys() - existing)
-        changed = sorted(f for f in files.keys() & existing if (KERNEL_DIR / f).read_text() != files[f])
-        for what, names in (("stale", stale), ("missing", missing), ("out of date", changed)):
-            for n in names:
-                print(f"{what}: csrc/sm90/rowwise/kernels/{n}", file=sys.stderr)
-        stale_manifest = not MANIFEST.exists() or MANIFEST.read_text() != manifest()
-        if stale_manifest:
-            print(f"out of date: {MANIFEST.relative_to(HERE.parent.parent)}", file=sys.stderr)
-        if decode_kernel_names() != {k.name for k in DECODE_KERNELS}:
-            print("DECODE_KERNELS does not list the names that csrc/sm90/decode/gemv_*.cu register", file=sys.stderr)
-            return 1
-        return 1 if stale or missing or changed or stale_manifest else 0
-    KERNEL_DIR.mkdir(exist_ok=True)
-    for name in existing - files.keys():
-        (KERNEL_DIR / name).unlink()
-    for name, text in files.items():
-        path = KERNEL_DIR / name
-        if not path.exists() or path.read_text() != text:
-            path.write_text(text)
+        return _check(outputs)
+    for folder, files in outputs.items():
+        folder.mkdir(exist_ok=True)
+        for name in {p.name for p in folder.glob("*.cu")} - files.keys():
+            (folder / name).unlink()
+        for name, text in files.items():
+            path = folder / name
+            if not path.exists() or path.read_text() != text:
+                path.write_text(text)
     MANIFEST.write_text(manifest())
-    print(f"{len(files)} kernels in {KERNEL_DIR.relative_to(HERE.parent.parent)}, traits of {len(files) + len(DECODE_KERNELS)} "
-          f"in {MANIFEST.relative_to(HERE.parent.parent)}")
+    n_row, n_bw = len(outputs[KERNEL_DIR]), len(outputs[BLOCKWISE_KERNEL_DIR])
+    print(f"{n_row} kernels in {KERNEL_DIR.relative_to(ROOT)}, {n_bw} in {BLOCKWISE_KERNEL_DIR.relative_to(ROOT)}; "
+          f"traits of {n_row + len(DECODE_KERNELS)} + {n_bw + len(BLOCKWISE_DECODE_KERNELS)} in "
+          f"{MANIFEST.relative_to(ROOT)}")
     return 0
 
 

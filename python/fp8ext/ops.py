@@ -257,15 +257,17 @@ _MANIFEST = None
 
 def kernel_traits(name: str) -> dict:
     """A kernel's traits (tile, cluster, schedule, accumulation, dtypes, max M, workspace, twin) from the kernel
-    manifest (python/fp8ext/kernel_manifest.json, written by csrc/sm90/generate_kernels.py). ``name`` may carry
-    scheduler options (``...@H1``). KeyError for a name that is not in the family."""
+    manifest (python/fp8ext/kernel_manifest.json, written by csrc/sm90/generate_kernels.py), for the row-wise and
+    the block-scaled (``bw_...``) kernels alike; a block-scaled kernel's traits also say its decode kernels'
+    ``rowwise_twin``. ``name`` may carry scheduler options (``...@H1``). KeyError for a name that is not a kernel
+    of either family."""
     global _MANIFEST
     if _MANIFEST is None:
         from importlib import resources
         import json
 
         data = json.loads(resources.files(__package__).joinpath("kernel_manifest.json").read_text())
-        _MANIFEST = {k["name"]: k for k in data["kernels"]}
+        _MANIFEST = {k["name"]: k for k in [*data["kernels"], *data["blockwise_kernels"]]}
     return dict(_MANIFEST[name.split("@")[0]])
 
 
