@@ -82,6 +82,17 @@ SCHEDULES = {"pp": "kPingpong", "coop": "kCooperative", "sk": "kStreamK"}
 SCHEDULE_NAMES = {"pp": "pingpong", "coop": "cooperative", "sk": "streamk"}
 
 
+def _shape_parts(swap_ab: bool, schedule: str, tile: tuple[int, int, int], cluster: tuple[int, int]) -> list:
+    """The name parts both families share: [swap]_<schedule>_<tm>x<tn>x<tk>_c<cm>x<cn>."""
+    return ["swap" if swap_ab else None, schedule, "x".join(map(str, tile)), "c" + "x".join(map(str, cluster))]
+
+
+def _config_head(template: str, schedule: str, tile: tuple[int, int, int], cluster: tuple[int, int]) -> str:
+    """The template arguments both families' configs start with: tile, cluster and schedule."""
+    return (f"::fp8ext::sm90::{template}<{', '.join(map(str, (*tile, *cluster)))}, "
+            f"::fp8ext::sm90::Schedule::{SCHEDULES[schedule]}, ")
+
+
 @dataclass(frozen=True)
 class Row:
     schedule: str  # pp | coop | sk
@@ -96,18 +107,13 @@ class Row:
 
     @property
     def name(self) -> str:
-        tm, tn, tk = self.tile
-        cm, cn = self.cluster
-        parts = ["swap" if self.swap_ab else None, self.schedule, f"{tm}x{tn}x{tk}", f"c{cm}x{cn}",
+        parts = [*_shape_parts(self.swap_ab, self.schedule, self.tile, self.cluster),
                  None if self.promotion == 4 else f"pi{self.promotion}", "ov" if self.overlap else None, self.accum, self.out,
                  None if self.in_a == "e4m3" else f"a{self.in_a}"]
         return "_".join(p for p in parts if p)
 
     def config(self) -> str:
-        tm, tn, tk = self.tile
-        cm, cn = self.cluster
-        return (f"::fp8ext::sm90::KernelConfig<{tm}, {tn}, {tk}, {cm}, {cn}, "
-                f"::fp8ext::sm90::Schedule::{SCHEDULES[self.schedule]}, "
+        return (_config_head("KernelConfig", self.schedule, self.tile, self.cluster) +
                 f"::fp8ext::sm90::Accum::k{self.accum.capitalize()}, "
                 f"::fp8ext::sm90::OutType::k{self.out.upper()}, {'true' if self.swap_ab else 'false'}, "
                 f"::fp8ext::sm90::InType::k{self.in_a.upper()}, {self.promotion}{', true' if self.overlap else ''}>")
@@ -204,17 +210,12 @@ class BlockwiseRow:
 
     @property
     def name(self) -> str:
-        tm, tn, tk = self.tile
-        cm, cn = self.cluster
-        parts = ["bw", "swap" if self.swap_ab else None, self.schedule, f"{tm}x{tn}x{tk}", f"c{cm}x{cn}",
+        parts = ["bw", *_shape_parts(self.swap_ab, self.schedule, self.tile, self.cluster),
                  "ov" if self.overlap else None, self.out]
         return "_".join(p for p in parts if p)
 
     def config(self) -> str:
-        tm, tn, tk = self.tile
-        cm, cn = self.cluster
-        return (f"::fp8ext::sm90::BlockwiseConfig<{tm}, {tn}, {tk}, {cm}, {cn}, "
-                f"::fp8ext::sm90::Schedule::{SCHEDULES[self.schedule]}, "
+        return (_config_head("BlockwiseConfig", self.schedule, self.tile, self.cluster) +
                 f"::fp8ext::sm90::OutType::k{self.out.upper()}, {'true' if self.swap_ab else 'false'}"
                 f"{', true' if self.overlap else ''}>")
 
