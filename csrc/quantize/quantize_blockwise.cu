@@ -8,8 +8,7 @@
 // the lane scales, casts and stores its four bytes as one word; lanes 0-3 store the four rows' scales, adjacent in
 // the group-major scale buffer. x is read once and q written once, the least there is. Why four rows: with one
 // group a warp, a lane kept one 8-byte load in flight, and at prefill sizes the kernel reached only 0.60-0.72 of a
-// copy's bandwidth (bench/results/h200-2026-12-03-quantize-044ea2c.json). Eight warps share a 256-thread CTA, and
-// a grid-stride loop covers any M.
+// copy's bandwidth (docs/decisions.md). Eight warps share a 256-thread CTA, and a grid-stride loop covers any M.
 // Launched as a dependent, as quantize_rowwise is (grid_dependency.cuh): at decode the GEMM after it may start
 // prefetching its weight while it runs.
 #include <climits>

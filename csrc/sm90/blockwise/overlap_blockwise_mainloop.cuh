@@ -21,15 +21,13 @@
 //
 // The halves: in the binary of scripts/probe_blockwise_mainloop.cu, issuing all four of tile t+1's wgmmas before
 // the wait and the fold was slower than two, the fold, then two, by 2-7% (geomean over ten large problems, each of
-// four runs). The library's first version of the halves did not show that gain, though its loop had the same
-// wgmmas, waits and FFMAs: a byte-identical copy of it built in the probe ran as the library's, 4-5% behind the
-// probe's loop (bench/results/h200-2026-12-02-probe-blockwise-libcopy-2e2474e.json). Its sources differed in three
-// ways: the pipeline positions were locals captured by the loop's lambdas, which ptxas kept in vector registers
-// (the stage index's wrap-around and the release barrier's address computed per thread) where the probe's, held
-// in one object (overlap::Steps, overlap_k_loop.cuh), are in uniform registers; its first tile went out as two
-// commit groups, not one; and its fold was fenced as a whole, not element by element. Which of these costs the
-// time is not isolated. The loop is now the probe's, written with Steps, and compiles to the probe's il2_c2x1 byte
-// for byte.
+// four runs). How the loop is written matters as much as its wgmmas, waits and FFMAs: a loop with the same ones ran
+// 4-5% behind this one with three differences in its source (docs/decisions.md; which of them costs the time is not
+// isolated): its pipeline positions were locals captured by the loop's lambdas, which ptxas keeps in vector
+// registers (the stage index's wrap-around and the release barrier's address computed per thread), its first tile
+// went out as two commit groups, and its fold was fenced as a whole. Here the pipeline positions are held in one
+// object (overlap::Steps, overlap_k_loop.cuh), which ptxas keeps in uniform registers, the first tile is one commit
+// group, and the fold is fenced element by element; the loop compiles to the probe's il2_c2x1 byte for byte.
 // The results are bit-identical either way. The fold is what this kernel loses most to: without it the same loop
 // ran 1.5x as fast (docs/blockwise.md, "The fold is the gap").
 //
