@@ -19,10 +19,13 @@ it; C++ gets the same traits from each kernel's config (KernelConfig, BlockwiseC
 registration.
 
 Kernel names. A name is the kernel's traits written out, its parts joined by "_" in the order below (parts in
-brackets are left out at their default). Nothing parses a name: Python reads the manifest, C++ the configs.
+brackets are left out at their default). Readers take the traits from the manifest (Python) or the configs (C++),
+not from the name, except for a block-scaled name's last part, the output: the block-wise dispatch's fit lookup
+replaces it to find a kernel's bf16 twin (blockwise_dispatch.cpp, blockwise_fit), and
+fp8ext.testing.blockwise_kernel_out_dtype reads it.
 
-    row-wise:      [swap]_<schedule>_<tm>x<tn>x<tk>_c<cm>x<cn>[_pi<n>][_ov]_<accum>_<out>[_a<in>]
-    block-scaled:  bw_[swap]_<schedule>_<tm>x<tn>x<tk>_c<cm>x<cn>[_ov]_<out>
+    row-wise:      [swap_]<schedule>_<tm>x<tn>x<tk>_c<cm>x<cn>[_pi<n>][_ov]_<accum>_<out>[_a<in>]
+    block-scaled:  bw_[swap_]<schedule>_<tm>x<tn>x<tk>_c<cm>x<cn>[_ov]_<out>
 
     part              meaning
     bw                block-scaled: scale_a per 1 x 128 group of a row, scale_b per 128 x 128 block; e4m3 operands,
@@ -50,8 +53,10 @@ brackets are left out at their default). Nothing parses a name: Python reads the
     gemv_m4_precise_<out>              M <= 4 on the CUDA cores, fp32 FMAs; e4m3 or e5m2 activations
     gemv_tc_m32_r<r>_s<s>_fast_bf16    M <= 32 on the tensor cores (mma.sync): r weight rows per warp (16, 32), K
                                        split into s slices over the warps of a block; e4m3 or e5m2 activations
-    bw_gemv_m4_<out>                   the block-scaled form of gemv_m4 (its row-wise twin)
-    bw_gemv_tc_m32_r<r>_s<s>_bf16      the block-scaled form of gemv_tc_m32_r<r>_s<s> (its row-wise twin)
+    bw_gemv_m4_<out>                   gemv_m4's kernel with block scales; e4m3 activations (manifest trait
+                                       rowwise_twin: gemv_m4_precise_<out>)
+    bw_gemv_tc_m32_r<r>_s<s>_bf16      gemv_tc's kernel with block scales; e4m3 activations (rowwise_twin:
+                                       gemv_tc_m32_r<r>_s<s>_fast_bf16)
 
 Scheduler options are not part of a kernel's name: a row-wise name may be followed by "@" + raster + band, as in
 "coop_128x256x128_c2x1_fast_bf16@H1", for how the persistent tile scheduler walks the output tiles in the kernel's
@@ -108,8 +113,8 @@ class Row:
     @property
     def name(self) -> str:
         parts = [*_shape_parts(self.swap_ab, self.schedule, self.tile, self.cluster),
-                 None if self.promotion == 4 else f"pi{self.promotion}", "ov" if self.overlap else None, self.accum, self.out,
-                 None if self.in_a == "e4m3" else f"a{self.in_a}"]
+                 None if self.promotion == 4 else f"pi{self.promotion}", "ov" if self.overlap else None, self.accum,
+                 self.out, None if self.in_a == "e4m3" else f"a{self.in_a}"]
         return "_".join(p for p in parts if p)
 
     def config(self) -> str:
