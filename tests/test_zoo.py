@@ -8,7 +8,7 @@ from fp8ext.bench import LLAMA_NK
 from fp8ext.zoo import MODEL_WEIGHTS, weights, zoo_rows
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tools"))
 import tune  # noqa: E402
 
 

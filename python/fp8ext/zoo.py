@@ -2,7 +2,7 @@
 produces, split once into a tuning part and a held-out part.
 
     from fp8ext.zoo import zoo_rows
-    tune = zoo_rows("tune")        # what calibration (scripts/tune.py) may measure and fit on
+    tune = zoo_rows("tune")        # what calibration (tools/tune.py) may measure and fit on
     heldout = zoo_rows("heldout")  # what only the benchmark (python -m fp8ext.bench --suite zoo) may measure
 
 Each weight is one linear layer's (N, K) = (output features, input features), as nn.Linear stores it [N, K].

@@ -1,4 +1,4 @@
-"""Probe: which K does this torch's block-wise torch._scaled_mm compute correctly?
+"""Check: which K does this torch's block-wise torch._scaled_mm compute correctly?
 
 The block-wise backstop (csrc/sm90/blockwise_dispatch.h) hands torch only the shapes measured right on torch 2.11
 (M % 4 == 0 and ceil(K / 128) % 4 == 0: sm90::torch_blockwise_computes) and is off on every other torch release.
@@ -6,7 +6,7 @@ Before turning it on for another release, run this there: for each K it calls to
 scales in torch's layouts on fresh random operands and compares the result with the float64 reference under the
 block-wise bound (fp8ext.testing). Prints one line per K; --json writes a record.
 
-    python scripts/probe_torch_blockwise.py [--json bench/results/<record>.json]
+    python tools/check_torch_blockwise.py [--json bench/results/<record>.json]
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ KS = [128, 256, 384, 512, 640, 768, 896, 1024, 976, 1008, 2880, 3008, 4096, 4288
 M, N = 256, 512
 
 
-def probe_k(K: int) -> dict:
+def check_k(K: int) -> dict:
     from fp8ext.testing import check_against_reference, random_blockwise_operands, reference
 
     a, b, sa, sb = random_blockwise_operands(M, N, K, device="cuda")
@@ -47,14 +47,14 @@ def main():
     args = ap.parse_args()
     rows = []
     for K in KS:
-        rows.append(probe_k(K))
+        rows.append(check_k(K))
         r = rows[-1]
         print(f"K={K:6d} groups={r['k_groups']:4d} %4={r['k_groups'] % 4} rel_err={r.get('rel_err', float('nan')):.3g} "
               f"{r['torch'][:60]}", flush=True)
     if args.json:
         from fp8ext.bench.common import suite_record
 
-        record = {**suite_record("probe-torch-blockwise"), "method": __doc__.split("\n\n")[1].replace("\n", " "),
+        record = {**suite_record("check-torch-blockwise"), "method": __doc__.split("\n\n")[1].replace("\n", " "),
                   "M": M, "N": N, "rows": rows}
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1)

@@ -2,12 +2,12 @@
 """Draw a set of fresh block-wise shapes: weights of models that no fit and no earlier run has read, and seeded M,
 printed as the MxNxK list that `python -m fp8ext.bench --suite blockwise --shapes` takes.
 
-    python scripts/draw_fresh_shapes.py fresh-2026-12-03       # judged the fit of 4e0d1c8; tuning rows since
-    python scripts/draw_fresh_shapes.py fresh-2026-12-03b      # judged the fit of 52c755b (at 6a0a80d)
-    python scripts/draw_fresh_shapes.py tune-grid              # the synthetic tuning grid (tuning rows only)
+    python tools/draw_fresh_shapes.py fresh-2026-12-03       # judged the fit of 4e0d1c8; tuning rows since
+    python tools/draw_fresh_shapes.py fresh-2026-12-03b      # judged the fit of 52c755b (at 6a0a80d)
+    python tools/draw_fresh_shapes.py tune-grid              # the synthetic tuning grid (tuning rows only)
 
 A set judges one fit and is then spent: once its times have been read it may become tuning material
-(scripts/fit_blockwise_dispatch.py --custom), and a new set, drawn here before any of its shapes is timed, judges
+(tools/fit_blockwise_dispatch.py --custom), and a new set, drawn here before any of its shapes is timed, judges
 the next fit. A set's weights are checked against the zoo (both splits), the Llama grid, DeepSeek-V3's layers, the
 synthetic tuning grid and every earlier set, so that none of its (N, K) was read before.
 
@@ -52,7 +52,7 @@ SETS: dict[str, list[tuple[str, str, int, int]]] = {
 }
 
 # The synthetic tuning grid (decode and small M against long K, where the dispatch was weakest): tuning material,
-# never a judge. Its rows are timed with every kernel and read by scripts/fit_blockwise_dispatch.py --custom.
+# never a judge. Its rows are timed with every kernel and read by tools/fit_blockwise_dispatch.py --custom.
 TUNE_GRID_M = (2, 8, 24, 48, 96)
 TUNE_GRID_NK = ((2048, 16384), (3072, 24576), (5120, 20480), (8192, 32768), (10240, 14336))
 

@@ -8,7 +8,7 @@ K = 272 and K = 2064 (17 K tiles of 128: more than any kernel's pipeline stages,
 its neighbours are read, several times over), with bias. Block-wise: the same M, N = 144 and 272 (one and three
 128-wide weight blocks, a partial last one), K = 272 and 2064, scales in torch's layouts, bias on odd M. Plus the
 tensor-wise route and empty shapes. Results are checked against float64 too, so a kernel that writes out of
-bounds *and* one that computes garbage both fail. Run it through scripts/sanitize.sh.
+bounds *and* one that computes garbage both fail. Run it through tools/sanitize.sh.
 
     --quick             one tail shape per kernel at the pipeline-wrapping K (M = 257, or the decode kernels'
                         largest M; K = 2064): for racecheck, which is slow, and whose subject (shared memory

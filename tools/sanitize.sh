@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# compute-sanitizer (memcheck, racecheck, initcheck, synccheck) over scripts/sanitize_workload.py, with
+# compute-sanitizer (memcheck, racecheck, initcheck, synccheck) over tools/sanitize_workload.py, with
 # PyTorch's caching allocator off so that out-of-bounds accesses hit unallocated memory.
-#   bash scripts/sanitize.sh [out_dir] [tools]     (default tools: memcheck racecheck initcheck synccheck)
+#   bash tools/sanitize.sh [out_dir] [tools]     (default tools: memcheck racecheck initcheck synccheck)
 # FP8EXT_SANITIZE_ARGS passes arguments to the workload (e.g. --quick, --kernels 'gemv_*'); the log of each
 # tool is $out_dir/sanitize-<tool>.log.
-# Needs a built fp8ext (scripts/gpu_check.sh stage build) on PYTHONPATH.
+# Needs a built fp8ext (tools/gpu_check.sh stage build) on PYTHONPATH.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:-gpu_check_out}
@@ -24,7 +24,7 @@ for tool in $TOOLS; do
   start=$(date +%s)
   timeout "${FP8EXT_SANITIZE_TIMEOUT_S:-1800}" \
   compute-sanitizer --tool "$tool" $extra --error-exitcode 3 \
-    --print-limit 20 python3 scripts/sanitize_workload.py $args ${FP8EXT_SANITIZE_ARGS:-} >"$OUT_DIR/sanitize-$tool.log" 2>&1
+    --print-limit 20 python3 tools/sanitize_workload.py $args ${FP8EXT_SANITIZE_ARGS:-} >"$OUT_DIR/sanitize-$tool.log" 2>&1
   rc=$?
   errors=$(grep -oE "(ERROR SUMMARY: [0-9]+ error|RACECHECK SUMMARY: [0-9]+ hazard.*)" "$OUT_DIR/sanitize-$tool.log" | tail -1)
   echo "compute-sanitizer $tool: rc=$rc ${errors:-no summary} ($(( $(date +%s) - start )) s)"

@@ -3,8 +3,8 @@
 on the tuning part of blockwise bench records, and optionally write it to csrc/sm90/blockwise_cost_coeffs.inc.
 
     python -m fp8ext.bench --suite blockwise --all-kernels --json bw.json       # on the H200
-    python scripts/fit_blockwise_dispatch.py bw.json [more.json ...] [--write]   # anywhere with a CUDA build
-    python scripts/fit_blockwise_dispatch.py bw.json ... --custom fresh.json --judge fresh2.json
+    python tools/fit_blockwise_dispatch.py bw.json [more.json ...] [--write]   # anywhere with a CUDA build
+    python tools/fit_blockwise_dispatch.py bw.json ... --custom fresh.json --judge fresh2.json
 
 --custom adds every row of --shapes runs (split 'custom') to the tuning rows; --judge scores the picks of the
 compiled-in fits and of the new ones on the rows of other records (run with --all-kernels), which the fit never
@@ -227,7 +227,7 @@ def compiled_backstop() -> tuple[int, float]:
 def write(fits: dict[str, Fit], sources: list[str], customs: list[str], result: tuple[float, float],
           cross: tuple[float, float], backstop: str) -> None:
     lines = ["// The block-wise dispatch's fits (blockwise_dispatch.h): per kernel {a us, b us per MAC, residuals},",
-             "// torch._scaled_mm's (the backstop) the same way; written by scripts/fit_blockwise_dispatch.py --write",
+             "// torch._scaled_mm's (the backstop) the same way; written by tools/fit_blockwise_dispatch.py --write",
              "// from the tuning part of",
              *[f"//   {s}" for s in sources],
              *(["// and every row (--shapes) of", *[f"//   {s}" for s in customs]] if customs else []),

@@ -1,10 +1,10 @@
 """Writes the record of a cross-version run of the wheel: bench/results/<gpu>-<date>-wheel-crossversion-<commit>.json.
 
 The wheel is built on one torch and Python and installed with `pip install --no-deps` on a machine with another
-(`FP8EXT_WHEEL=... scripts/gpu_check.sh`). This joins what that run left behind with a llama benchmark of an
+(`FP8EXT_WHEEL=... tools/gpu_check.sh`). This joins what that run left behind with a llama benchmark of an
 in-place build of the same commit on the same GPU, so that the wheel's ratios can be held against it:
 
-    python scripts/wheel_record.py --run-info wheel/run_info.json --pytest-log wheel/pytest.log \
+    python tools/wheel_record.py --run-info wheel/run_info.json --pytest-log wheel/pytest.log \
         --wheel-bench wheel/bench-llama.json --inplace-bench inplace/bench-llama.json --out bench/results/...
 
 run_info.json is what gpu_check.sh writes in wheel mode: the installed wheel's name and size, `built_with`

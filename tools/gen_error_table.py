@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write docs/errors.md from tests/validation_cases.py: every input fp8ext.scaled_mm rejects, with its message.
 
-    python scripts/gen_error_table.py
+    python tools/gen_error_table.py
 
 tests/test_validation.py checks that each case raises exactly the listed message (eager, and traced by the fake
 implementation, torch.compile and torch.export) and that this page is exactly what this script writes.
@@ -18,7 +18,7 @@ HEADER = f"""# Errors raised by fp8ext.scaled_mm
 Every argument is checked before anything is allocated or launched. A rejected call raises `RuntimeError`
 whose first line names the argument, what was expected and what was given. The examples below use
 M = {M}, N = {N}, K = {K}; each row is a test in `tests/test_validation.py` (generated from
-`tests/validation_cases.py` by `scripts/gen_error_table.py`). Rows marked GPU need tensors on a CUDA device.
+`tests/validation_cases.py` by `tools/gen_error_table.py`). Rows marked GPU need tensors on a CUDA device.
 Traced calls (`torch.compile`, `torch.export`, `FakeTensorMode`) raise the same messages while tracing: the fake
 implementation runs the same C++ checks on the tensors' metadata.
 

@@ -3,8 +3,8 @@
 # build with all cores, run the full test suite (CPU and GPU tests), and a benchmark; logs and JSON go to
 # $FP8EXT_OUT (default: gpu_check_out/).
 #
-#   FP8EXT_OUT=/tmp/out bash scripts/gpu_check.sh                 # build + test + quick bench
-#   FP8EXT_STAGES=build,tune FP8EXT_OUT=... bash scripts/gpu_check.sh
+#   FP8EXT_OUT=/tmp/out bash tools/gpu_check.sh                 # build + test + quick bench
+#   FP8EXT_STAGES=build,tune FP8EXT_OUT=... bash tools/gpu_check.sh
 #   FP8EXT_STAGES=build,test,bench FP8EXT_BENCH_SUITE=llama ...
 #
 # Stages, run in this order: build, test, calibrate (time the kernels the cost model offers on the tuning shapes:
@@ -18,7 +18,7 @@
 # e.g. "--config 8b --compile"), quantize (quantize_rowwise against copy bandwidth and an empty launch), linear
 # (Float8Linear against bf16 nn.Linear on Llama-3 layers), blockwise (the block-scaled kernels against torch
 # block-wise and fp8ext row-wise; with the stage selftest also, first, scripts/blockwise_selftest.sh),
-# sanitize (scripts/sanitize.sh). Each of inductor, invariance, host, floor, autotune, edge, model, quantize and
+# sanitize (tools/sanitize.sh). Each of inductor, invariance, host, floor, autotune, edge, model, quantize and
 # linear is `python -m fp8ext.bench --suite NAME` (NAME inductor-peer for inductor), its record in
 # $OUT_DIR/NAME.json and its output in $OUT_DIR/NAME.log. Wheels that the machine lacks (nvidia-cutlass for the headers) may be placed
 # in .whl/; they are installed to a private prefix first. The build is in place and incremental (build/ is
@@ -84,7 +84,7 @@ print(f"  built with {info.get('built_with')}, for CUDA {info.get('cuda_major')}
 print(f"  running on torch {torch.__version__} (CUDA {torch.version.cuda}), Python {platform.python_version()}")
 source = os.path.realpath("python") + os.sep
 assert not os.path.realpath(fp8ext.__file__).startswith(source), "fp8ext was imported from ./python, not the wheel"
-# For scripts/wheel_record.py.
+# For tools/wheel_record.py.
 with open(record, "w") as f:
     json.dump({"wheel": {"name": os.path.basename(wheel), "size_bytes": os.path.getsize(wheel)},
                "fp8ext": {"version": fp8ext.__version__, "file": fp8ext.__file__, "cuda_major": info.get("cuda_major"),
@@ -134,16 +134,16 @@ if [[ $STAGES == *,test,* ]]; then
 fi
 
 # The cost model's calibration: every kernel the model offers on the zoo's tuning part and the llama grid
-# (scripts/tune.py --calibrate), then the fit written to csrc/sm90/cost_model_coeffs.inc and a rebuild.
+# (tools/tune.py --calibrate), then the fit written to csrc/sm90/cost_model_coeffs.inc and a rebuild.
 if [[ $STAGES == *,calibrate,* ]]; then
   calib_log=${TMPDIR:-/tmp}/fp8ext-calibrate.log
-  $PY scripts/tune.py --calibrate --out "$OUT_DIR/calibration.json" --deadline "$DEADLINE" ${FP8EXT_CALIBRATE_ARGS:-} \
+  $PY tools/tune.py --calibrate --out "$OUT_DIR/calibration.json" --deadline "$DEADLINE" ${FP8EXT_CALIBRATE_ARGS:-} \
     >"$calib_log" 2>&1 || { tail -30 "$calib_log"; exit 1; }
   tail -2 "$calib_log"
 fi
 if [[ $STAGES == *,refit,* ]]; then
   [ -z "$WHEEL" ] || { echo "refit rebuilds fp8ext from source: unset FP8EXT_WHEEL to run it"; exit 1; }
-  $PY scripts/tune.py --fit "$OUT_DIR/calibration.json" --write
+  $PY tools/tune.py --fit "$OUT_DIR/calibration.json" --write
   cp csrc/sm90/cost_model_coeffs.inc "$OUT_DIR/cost_model_coeffs.inc"
   build
 fi
@@ -229,5 +229,5 @@ if [[ $STAGES == *,blockwise,* ]]; then
 fi
 
 if [[ $STAGES == *,sanitize,* ]]; then
-  bash scripts/sanitize.sh "$OUT_DIR"
+  bash tools/sanitize.sh "$OUT_DIR"
 fi
