@@ -17,7 +17,7 @@
 # torchao; prefill and decode tokens/s, top-1 agreement; plot in $OUT_DIR/model.png; FP8EXT_MODEL_ARGS adds options,
 # e.g. "--config 8b --compile"), quantize (quantize_rowwise against copy bandwidth and an empty launch), linear
 # (Float8Linear against bf16 nn.Linear on Llama-3 layers), blockwise (the block-scaled kernels against torch
-# block-wise and fp8ext row-wise; with the stage selftest also, first, scripts/blockwise_selftest.sh),
+# block-wise and fp8ext row-wise; with the stage selftest also, first, tests/test_blockwise_selftest.py),
 # sanitize (tools/sanitize.sh). Each of inductor, invariance, host, floor, autotune, edge, model, quantize and
 # linear is `python -m fp8ext.bench --suite NAME` (NAME inductor-peer for inductor), its record in
 # $OUT_DIR/NAME.json and its output in $OUT_DIR/NAME.log. Wheels that the machine lacks (nvidia-cutlass for the headers) may be placed
@@ -220,7 +220,8 @@ if [[ $STAGES == *,blockwise,* ]]; then
   # The block-scaled kernels: the standalone self-test (no torch) first, then the suite (tuning part with every
   # kernel timed, held-out part) against torch block-wise and fp8ext row-wise.
   if [[ $STAGES == *,selftest,* ]]; then
-    bash scripts/blockwise_selftest.sh "$OUT_DIR/selftest" >"$OUT_DIR/blockwise-selftest.log" 2>&1 \
+    FP8EXT_SELFTEST=1 FP8EXT_SELFTEST_DIR="$OUT_DIR/selftest" $PY -m pytest -q -s -p no:cacheprovider \
+      tests/test_blockwise_selftest.py >"$OUT_DIR/blockwise-selftest.log" 2>&1 \
       || { tail -30 "$OUT_DIR/blockwise-selftest.log"; exit 1; }
     tail -20 "$OUT_DIR/blockwise-selftest.log"
   fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tensor-parallel check on 2+ GPUs: column- and row-parallel fp8 linears must match one GPU within the bound.
 
-    NCCL_NVLS_ENABLE=0 torchrun --nproc-per-node 2 scripts/tp_check.py
+    NCCL_NVLS_ENABLE=0 torchrun --nproc-per-node 2 tests/tp_check.py
 
 Every rank builds the same full problem from a shared seed, keeps its shard, runs the parallel layer, and
 checks the assembled result against (1) fp8ext.scaled_mm on the whole problem on this GPU and (2) the float64

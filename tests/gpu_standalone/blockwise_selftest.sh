@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Builds and runs the standalone GPU self-test of the block-scaled kernels (tests/gpu_standalone/
-# blockwise_selftest.cu with csrc/sm90/blockwise_registry.cpp and every csrc/sm90/blockwise_kernels/*.cu).
+# Builds and runs the standalone GPU self-test of the block-scaled kernels (blockwise_selftest.cu beside this
+# file, with csrc/sm90/blockwise_registry.cpp and every csrc/sm90/blockwise_kernels/*.cu).
 # Needs nvcc and the CUTLASS headers that tools/build_env.py finds; no torch, no Python packages beyond that.
-#   bash scripts/blockwise_selftest.sh [build_dir]      (default /tmp/fp8ext_blockwise_selftest)
+# tests/test_blockwise_selftest.py runs it under pytest (FP8EXT_SELFTEST=1); by hand:
+#   bash tests/gpu_standalone/blockwise_selftest.sh [build_dir]      (default /tmp/fp8ext_blockwise_selftest)
 # Extra arguments for the test binary go in FP8EXT_SELFTEST_ARGS (e.g. --no-timing).
 # Every translation unit compiles in its own nvcc process, as many at once as there are cores; ptxas's resource
 # usage goes to $build_dir/<name>.log. Exits non-zero if a compile, the link or any check fails.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BUILD=${1:-/tmp/fp8ext_blockwise_selftest}
 mkdir -p "$BUILD"
 PY=${PYTHON:-python3}
