@@ -2,14 +2,15 @@
 """Draw a set of fresh block-wise shapes: weights of models that no fit and no earlier run has read, and seeded M,
 printed as the MxNxK list that `python -m fp8ext.bench --suite blockwise --shapes` takes.
 
-    python tools/draw_fresh_shapes.py fresh-2026-12-03       # judged the fit of 4e0d1c8; tuning rows since
-    python tools/draw_fresh_shapes.py fresh-2026-12-03b      # judged the fit of 52c755b (at 6a0a80d)
+    python tools/draw_fresh_shapes.py fresh-2026-12-03       # the first set; tuning rows since the refit it judged
+    python tools/draw_fresh_shapes.py fresh-2026-12-03b      # the second, which judged that refit
     python tools/draw_fresh_shapes.py tune-grid              # the synthetic tuning grid (tuning rows only)
 
 A set judges one fit and is then spent: once its times have been read it may become tuning material
 (tools/fit_blockwise_dispatch.py --custom), and a new set, drawn here before any of its shapes is timed, judges
 the next fit. A set's weights are checked against the zoo (both splits), the Llama grid, DeepSeek-V3's layers, the
-synthetic tuning grid and every earlier set, so that none of its (N, K) was read before.
+synthetic tuning grid and every earlier set, so that none of its (N, K) was read before. Once timed, a set's shapes
+are recorded in fp8ext.zoo.FRESH_SETS; for a set recorded there this checks that the draw still gives them.
 
 Per weight, four M, each log-uniform: in [1, 128], [129, 1023] and [1024, 16384], each rounded up to a multiple of
 4 (torch's block-wise path declines other M, and the acceptance compares with it), and one in [1, 16384] as drawn.
@@ -51,11 +52,6 @@ SETS: dict[str, list[tuple[str, str, int, int]]] = {
     ],
 }
 
-# The synthetic tuning grid (decode and small M against long K, where the dispatch was weakest): tuning material,
-# never a judge. Its rows are timed with every kernel and read by tools/fit_blockwise_dispatch.py --custom.
-TUNE_GRID_M = (2, 8, 24, 48, 96)
-TUNE_GRID_NK = ((2048, 16384), (3072, 24576), (5120, 20480), (8192, 32768), (10240, 14336))
-
 # Weights a set shares with what was read before, and why that is allowed: the Llama grid's were read by the
 # row-wise tables only, never by the block-wise fit.
 SHARED = {"fresh-2026-12-03": {(4096, 4096), (6144, 4096)}}  # Qwen3-8B's o and qkv are Llama-3-8B's
@@ -73,9 +69,9 @@ def read_before(name: str) -> set[tuple[int, int]]:
     """The (N, K) of every weight read before set `name`: the zoo, the Llama grid, DeepSeek-V3, the tuning grid and
     the earlier sets."""
     from fp8ext import zoo
-    from fp8ext.bench.common import LLAMA_NK
 
-    seen = {(w["N"], w["K"]) for w in zoo.weights()} | set(LLAMA_NK) | set(TUNE_GRID_NK)
+    seen = {(w["N"], w["K"]) for w in zoo.weights()} | set(zoo.LLAMA_NK) | set(zoo.TUNE_GRID_NK)
+    seen |= {(n, k) for _, n, k in zoo.DEEPSEEK_V3}
     for earlier, weights in SETS.items():
         if earlier == name:
             break
@@ -95,15 +91,21 @@ def main() -> int:
     if len(sys.argv) != 2 or sys.argv[1] not in [*SETS, "tune-grid"]:
         print(f"usage: {sys.argv[0]} {{{','.join([*SETS, 'tune-grid'])}}}", file=sys.stderr)
         return 2
+    from fp8ext import zoo
+
     name = sys.argv[1]
     if name == "tune-grid":
-        print(",".join(f"{m}x{n}x{k}" for n, k in TUNE_GRID_NK for m in TUNE_GRID_M))
+        print(",".join(f"{m}x{n}x{k}" for n, k in zoo.TUNE_GRID_NK for m in zoo.TUNE_GRID_M))
         return 0
     clash = {(n, k) for _, _, n, k in SETS[name]} & read_before(name) - SHARED.get(name, set())
     if clash:
         print(f"{name}: weights read before: {sorted(clash)}", file=sys.stderr)
         return 1
-    print(",".join(f"{m}x{n}x{k}" for m, n, k in shapes(name)))
+    drawn = shapes(name)
+    if name in zoo.FRESH_SETS and drawn != zoo.FRESH_SETS[name]:
+        print(f"{name}: the draw no longer gives the shapes fp8ext.zoo.FRESH_SETS records", file=sys.stderr)
+        return 1
+    print(",".join(f"{m}x{n}x{k}" for m, n, k in drawn))
     return 0
 
 

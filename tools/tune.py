@@ -45,8 +45,7 @@ SLOW_CUTOFF = 3.0  # a candidate slower than this times the row's fastest first 
 def calibration_rows(include_llama: bool = True) -> list[dict]:
     """The zoo's tuning part, then the llama grid (M = 1..16384 on the 12 llama weights), in a fixed shuffled
     order so that a run cut short by its deadline still covers every kind of shape."""
-    from fp8ext.bench import LLAMA_M, LLAMA_NK
-    from fp8ext.zoo import zoo_rows
+    from fp8ext.zoo import LLAMA_M, LLAMA_NK, zoo_rows
 
     rows = [dict(r, source="zoo") for r in zoo_rows("tune")]
     if include_llama:

@@ -1,12 +1,19 @@
-"""The shape zoo: real weight shapes of open model families, random weight shapes, and the odd M that serving
-produces, split once into a tuning part and a held-out part.
+"""Shape data, in one module that imports nothing of fp8ext (the benchmark and the tools read it):
+
+- the Llama-3 grid: LLAMA3_LAYERS, one decoder layer's projections of 8B, 70B and 405B; LLAMA_NK x LLAMA_M, the
+  llama suite's 144 shapes, which calibration measures too;
+- the shape zoo: real weight shapes of open model families, random weight shapes, and the odd M that serving
+  produces, split once into a tuning part and a held-out part (zoo_rows);
+- DeepSeek-V3's layers (DEEPSEEK_V3 x DEEPSEEK_M): the tuning part of the block-wise suite;
+- the block-wise suite's fresh sets (FRESH_SETS) and its synthetic tuning grid (TUNE_GRID_M x TUNE_GRID_NK), as
+  tools/draw_fresh_shapes.py drew them.
 
     from fp8ext.zoo import zoo_rows
     tune = zoo_rows("tune")        # what calibration (tools/tune.py) may measure and fit on
     heldout = zoo_rows("heldout")  # what only the benchmark (python -m fp8ext.bench --suite zoo) may measure
 
 Each weight is one linear layer's (N, K) = (output features, input features), as nn.Linear stores it [N, K].
-A weight lands in the tuning or the held-out part by a hash of its name, fixed once; a held-out weight whose
+A zoo weight lands in the tuning or the held-out part by a hash of its name, fixed once; a held-out weight whose
 (N, K) also occurs in the tuning part or on the llama grid (which calibration measures too) moves to the tuning
 part, so that no held-out weight shape was ever measured for calibration. Each weight gets four M values from a
 seeded generator: one each in [1, 128], (128, 1024) and [1024, 16384], and one anywhere, never a power of two.
@@ -18,6 +25,16 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+
+# Llama-3: one decoder layer's projections as (N, K), q/k/v and gate/up fused as the serving engines run them.
+LLAMA3_LAYERS: dict[str, dict[str, tuple[int, int]]] = {
+    "8b": {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)},
+    "70b": {"qkv": (10240, 8192), "o": (8192, 8192), "gate_up": (57344, 8192), "down": (8192, 28672)},
+    "405b": {"qkv": (18432, 16384), "o": (16384, 16384), "gate_up": (106496, 16384), "down": (16384, 53248)},
+}
+# The llama grid: those 12 weights at 12 M from decode to large prefill.
+LLAMA_NK: list[tuple[int, int]] = [nk for layer in LLAMA3_LAYERS.values() for nk in layer.values()]
+LLAMA_M = [1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 
 # (family, layer, N, K). Attention projections fused as the serving engines run them (q, k, v in one weight;
 # gate and up in one), MLP down projections, MoE experts and lm_heads. Sizes from the models' published configs.
@@ -94,8 +111,6 @@ def _split_of(name: str) -> str:
 
 def weights() -> list[dict]:
     """Every zoo weight: {"weight": "family/layer", "N", "K", "split"}."""
-    from .bench import LLAMA_NK
-
     out = [{"weight": f"{fam}/{layer}", "N": n, "K": k, "split": _split_of(f"{fam}/{layer}")}
            for fam, layer, n, k in MODEL_WEIGHTS + _random_weights()]
     measured = {(w["N"], w["K"]) for w in out if w["split"] == "tune"} | set(LLAMA_NK)
@@ -118,3 +133,58 @@ def zoo_rows(split: str | None = None) -> list[dict]:
             if split is None or w["split"] == split:
                 rows.append({"M": m, "N": w["N"], "K": w["K"], "weight": w["weight"], "split": w["split"]})
     return rows
+
+# DeepSeek-V3 (hidden 7168, MLA with q_lora 1536 / kv_lora 512, 128 heads; dense MLP 18432, experts 2048): (name, N,
+# K) of each weight as a GEMM out = x [M, K] @ w.t(), under its checkpoint's names. The zoo's deepseek-v3 family is
+# the same weights (and the lm_head) under the zoo's own names, which fix its split.
+DEEPSEEK_V3 = [("q_a_proj", 1536, 7168), ("q_b_proj", 24576, 1536), ("kv_a_proj_with_mqa", 576, 7168),
+               ("kv_b_proj", 32768, 512), ("o_proj", 7168, 16384), ("dense_gate_up", 36864, 7168),
+               ("dense_down", 7168, 18432), ("expert_gate_up", 4096, 7168), ("expert_down", 7168, 2048)]
+# M = 4 and 32 are the block-scaled decode kernels' largest (bw_gemv_m4_*, bw_gemv_tc_*): their fits must see both
+# ends of the range they compute.
+DEEPSEEK_M = [1, 4, 16, 32, 64, 128, 512, 1024, 4096, 16384]
+
+# The block-wise suite's fresh sets, (M, N, K) as tools/draw_fresh_shapes.py drew them (the tool redraws each one
+# exactly; tests/test_blockwise.py checks it) and as `--suite blockwise --shapes` timed them: weights of models
+# that no fit and no earlier run had read, four seeded M each. A set judges one fit of the block-wise dispatch and
+# then becomes tuning material (tools/fit_blockwise_dispatch.py --custom).
+FRESH_SETS: dict[str, list[tuple[int, int, int]]] = {
+    "fresh-2026-12-03": [
+        (76, 9216, 4096), (696, 9216, 4096), (1080, 9216, 4096), (4128, 9216, 4096),  # qwen3-235b-a22b qkv
+        (4, 4096, 8192), (728, 4096, 8192), (14432, 4096, 8192), (35, 4096, 8192),  # qwen3-235b-a22b o
+        (40, 3072, 4096), (140, 3072, 4096), (5032, 3072, 4096), (169, 3072, 4096),  # qwen3-235b-a22b expert_gate_up
+        (4, 4096, 1536), (316, 4096, 1536), (3932, 4096, 1536), (2900, 4096, 1536),  # qwen3-235b-a22b expert_down
+        (84, 10240, 5120), (404, 10240, 5120), (3216, 10240, 5120), (1206, 10240, 5120),  # qwen3-32b qkv
+        (36, 5120, 8192), (952, 5120, 8192), (13312, 5120, 8192), (2, 5120, 8192),  # qwen3-32b o
+        (16, 51200, 5120), (740, 51200, 5120), (3580, 51200, 5120), (36, 51200, 5120),  # qwen3-32b gate_up
+        (4, 5120, 25600), (308, 5120, 25600), (1220, 5120, 25600), (8, 5120, 25600),  # qwen3-32b down
+        (24, 6144, 4096), (220, 6144, 4096), (3472, 6144, 4096), (19, 6144, 4096),  # qwen3-8b qkv
+        (4, 4096, 4096), (184, 4096, 4096), (1628, 4096, 4096), (13788, 4096, 4096),  # qwen3-8b o
+        (4, 24576, 4096), (232, 24576, 4096), (3688, 24576, 4096), (2, 24576, 4096),  # qwen3-8b gate_up
+        (4, 4096, 12288), (436, 4096, 12288), (3736, 4096, 12288), (188, 4096, 12288),  # qwen3-8b down
+        (4, 14336, 12288), (568, 14336, 12288), (1524, 14336, 12288), (248, 14336, 12288),  # mistral-large-2 qkv
+        (8, 12288, 12288), (136, 12288, 12288), (1548, 12288, 12288), (298, 12288, 12288),  # mistral-large-2 o
+        (4, 57344, 12288), (324, 57344, 12288), (6936, 57344, 12288), (387, 57344, 12288),  # mistral-large-2 gate_up
+        (4, 12288, 28672), (172, 12288, 28672), (1064, 12288, 28672), (518, 12288, 28672),  # mistral-large-2 down
+    ],
+    "fresh-2026-12-03b": [
+        (8, 9216, 7168), (340, 9216, 7168), (7628, 9216, 7168), (17, 9216, 7168),  # yi-34b qkv
+        (12, 7168, 7168), (296, 7168, 7168), (3528, 7168, 7168), (5, 7168, 7168),  # yi-34b o
+        (28, 40960, 7168), (292, 40960, 7168), (4564, 40960, 7168), (5, 40960, 7168),  # yi-34b gate_up
+        (4, 7168, 20480), (416, 7168, 20480), (7972, 7168, 20480), (9458, 7168, 20480),  # yi-34b down
+        (16, 7168, 5120), (504, 7168, 5120), (2144, 7168, 5120), (1815, 7168, 5120),  # qwen3-14b qkv
+        (4, 34816, 5120), (268, 34816, 5120), (6872, 34816, 5120), (307, 34816, 5120),  # qwen3-14b gate_up
+        (8, 5120, 17408), (220, 5120, 17408), (1028, 5120, 17408), (200, 5120, 17408),  # qwen3-14b down
+        (4, 14336, 5120), (184, 14336, 5120), (4048, 14336, 5120), (414, 14336, 5120),  # glm-4.5 qkv
+        (48, 5120, 12288), (260, 5120, 12288), (7028, 5120, 12288), (22, 5120, 12288),  # glm-4.5 o
+        (4, 3072, 5120), (132, 3072, 5120), (6944, 3072, 5120), (1317, 3072, 5120),  # glm-4.5 expert_gate_up
+        (4, 5120, 1536), (192, 5120, 1536), (10284, 5120, 1536), (2, 5120, 1536),  # glm-4.5 expert_down
+        (32, 73728, 12288), (612, 73728, 12288), (1064, 73728, 12288), (54, 73728, 12288),  # command-a gate_up
+        (112, 12288, 36864), (416, 12288, 36864), (1160, 12288, 36864), (1109, 12288, 36864),  # command-a down
+    ],
+}
+
+# The synthetic tuning grid of the block-wise dispatch: decode and small M against long K, where its fit was
+# weakest. Tuning material only, never a judge: no fresh set may hold its weights.
+TUNE_GRID_M = (2, 8, 24, 48, 96)
+TUNE_GRID_NK = ((2048, 16384), (3072, 24576), (5120, 20480), (8192, 32768), (10240, 14336))

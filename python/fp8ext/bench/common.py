@@ -17,12 +17,10 @@ from .. import ops
 from ..nn import Float8Linear
 from ..testing import quantize_rowwise as testing_quantize_rowwise
 from ..testing import random_operands, random_scales
+from ..zoo import LLAMA_M, LLAMA_NK
 
 E4M3 = torch.float8_e4m3fn
 
-LLAMA_NK = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (10240, 8192), (8192, 8192),
-            (57344, 8192), (8192, 28672), (18432, 16384), (16384, 16384), (106496, 16384), (16384, 53248)]
-LLAMA_M = [1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 QUICK = [(1, 8192, 8192), (16, 4096, 4096), (64, 28672, 4096), (128, 6144, 4096), (1024, 4096, 14336),
          (4096, 8192, 8192), (8192, 8192, 8192)]
 # The 7 shapes of the torch.compile baseline, measured on the H200 before fp8ext's first kernel.
