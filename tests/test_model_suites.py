@@ -36,17 +36,18 @@ class FakeTimer:
     def __init__(self):
         self.seen = []
 
-    def interleaved(self, fns, rounds):
+    def interleaved(self, fns, rounds, failed):
         self.seen.append(list(fns))
-        return {n: 10.0 * (i + 1) for i, n in enumerate(fns)}
+        failed["c"] = MemoryError("in its second turn")
+        return {n: 10.0 * (i + 1) for i, n in enumerate(fns) if n != "c"}
 
 
-def test_timed_or_failed_keeps_the_order_and_records_the_failure():
+def test_timed_or_failed_keeps_the_order_and_records_the_failures():
     t = FakeTimer()
     times = timed_or_failed(t, {"a": lambda: 1, "b": lambda: [][0], "c": lambda: 2}, rounds=2)
     assert t.seen == [["a", "c"]]
-    assert list(times) == ["a", "b", "c"] and times["a"] == 10.0 and times["c"] == 20.0
-    assert times["b"].startswith("failed: IndexError")
+    assert list(times) == ["a", "b", "c"] and times["a"] == 10.0
+    assert times["b"].startswith("failed: IndexError") and times["c"] == "failed: MemoryError: in its second turn"
 
 
 # ---- model ---------------------------------------------------------------------------------------------------

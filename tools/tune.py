@@ -6,7 +6,8 @@ On an H100/H200 with fp8ext built (every kernel):
 times every built bf16 kernel that the cost model offers for each row of the zoo's tuning part and the llama grid
 (fast accumulation, which every bf16 kernel serves; a kernel's time does not depend on what the call asked for),
 each with the scheduler options the model chooses for the call, and torch._scaled_mm row-wise (fast and precise),
-on the same tensors, L2 flushed before every timing. Beside each time it records the model's terms for that
+on the same tensors, timed by fp8ext.bench's Timer (L2 flushed before every timing, the host held out of it),
+in interleaved turns. Beside each time it records the model's terms for that
 kernel (fp8ext's _cost_terms), so that the fit needs no GPU and no build.
 
 Anywhere (numpy and scipy):
@@ -55,47 +56,15 @@ def calibration_rows(include_llama: bool = True) -> list[dict]:
     return rows
 
 
-class FlushTimer:
-    """Times one callable: L2 flushed (a buffer of twice its size zeroed) before each launch, then the GPU held
-    busy for about 30 us (torch.cuda._sleep) so that the launch is queued before the start event runs (the host
-    time of a call, 15-40 us, must not land inside a small kernel's timing), CUDA events around the launch alone,
-    median of the samples."""
-
-    def __init__(self):
-        import torch
-
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        self.flush = torch.empty(2 * props.L2_cache_size, dtype=torch.uint8, device="cuda")
-
-    def samples(self, fn, n: int) -> list[float]:
-        import torch
-
-        events = []
-        for _ in range(n):
-            self.flush.zero_()
-            torch.cuda._sleep(50_000)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            events.append((start, end))
-        torch.cuda.synchronize()
-        return [1e3 * s.elapsed_time(e) for s, e in events]
-
-
-def median(xs: list[float]) -> float:
-    xs = sorted(xs)
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else 0.5 * (xs[mid - 1] + xs[mid])
-
-
-def measure_row(timer: FlushTimer, row: dict, rounds: int = 2, reps: int = 3) -> dict:
-    """Every candidate of one row: a warm-up and a first sample each, then `rounds` interleaved turns of `reps`
-    samples for those within SLOW_CUTOFF of the fastest first sample (torch's two peers always)."""
+def measure_row(timer, row: dict, rounds: int) -> dict:
+    """Every candidate of one row: a first sample each (after an untimed call), then timer.calls samples in `rounds`
+    interleaved turns for those within SLOW_CUTOFF of the fastest first sample (torch's two peers always); the
+    timer is fp8ext.bench's (L2 flushed before every timing, the host held out of it)."""
     import torch
 
     import fp8ext
     from fp8ext.bench import make_operands
+    from fp8ext.bench.timing import median
 
     M, N, K = row["M"], row["N"], row["K"]
     a, b, sa, sb, _, _ = make_operands(M, N, K)
@@ -105,28 +74,25 @@ def measure_row(timer: FlushTimer, row: dict, rounds: int = 2, reps: int = 3) ->
     floor = min((r["predicted_us"] for r in ranking), default=0.0)
     choices = [r["kernel"] for r in ranking if r["predicted_us"] <= PREFILTER * floor]
 
-    def call(fast=True):
-        return lambda: fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
-
-    def run(name, n):
+    def call(name):
         if name.startswith(TORCH):
             fast = name.endswith(":fast")
-            return timer.samples(lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16,
-                                                          use_fast_accum=fast), n)
-        with fp8ext.force_kernel(name):
-            return timer.samples(call(), n)
+            return lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
+        return lambda: fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True)
+
+    def forced(name):
+        return fp8ext.force_kernel(None if name.startswith(TORCH) else name)
 
     peers = [f"{TORCH}:fast", f"{TORCH}:precise"]
     samples = {}
     for name in choices + peers:
-        run(name, 1)  # warm-up (and module load)
-        samples[name] = run(name, 1)
+        with forced(name):
+            samples[name] = timer.samples(call(name), calls=1)
     fastest = min(samples[c][0] for c in choices) if choices else math.inf
     timed = [c for c in choices if samples[c][0] <= SLOW_CUTOFF * fastest] + peers
-    for turn in range(rounds):
-        order = timed[turn % len(timed):] + timed[:turn % len(timed)]
-        for name in order:
-            samples[name] += run(name, reps)
+    more = timer.interleaved_samples({name: call(name) for name in timed}, rounds, around=forced)
+    for name, xs in more.items():
+        samples[name] += xs
     out = dict(row)
     out["times"] = {c: median(samples[c]) for c in choices}
     out["samples"] = {c: len(samples[c]) for c in choices}
@@ -142,14 +108,15 @@ def calibrate(out_path: Path, deadline: float | None, include_llama: bool) -> di
 
     import fp8ext
     from fp8ext.bench import run_record
+    from fp8ext.bench.timing import TIMER_METHOD, Timer
 
-    timer = FlushTimer()
+    rounds, reps = 2, 3
+    timer = Timer(warmup_ms=0, calls=rounds * reps)  # samples a candidate, not a time budget
     rows = calibration_rows(include_llama)
     result = {**run_record(), "kind": "cost-model calibration", "kernels": fp8ext.kernel_names(),
               "method": "per row: every kernel the cost model offers (fast accumulation call, bf16 out) with the "
-                        "model's scheduler options, and torch._scaled_mm row-wise fast and precise; L2 flushed "
-                        "before each timing and the GPU held busy 30 us, CUDA events; warm-up + 1 sample each, then 2 "
-                        "interleaved turns of 3 "
+                        "model's scheduler options, and torch._scaled_mm row-wise fast and precise; "
+                        f"{TIMER_METHOD}; warm-up + 1 sample each, then {rounds} interleaved turns of {reps} "
                         f"samples for those within {SLOW_CUTOFF}x of the fastest first sample; median",
               "complete": False, "rows": []}
     start = time.time()
@@ -157,7 +124,7 @@ def calibrate(out_path: Path, deadline: float | None, include_llama: bool) -> di
         if deadline is not None and time.time() > deadline:
             print(f"deadline reached after {i} of {len(rows)} rows; the JSON holds what was measured")
             break
-        r = measure_row(timer, row)
+        r = measure_row(timer, row, rounds)
         result["rows"].append(r)
         best = min(r["times"], key=r["times"].get)
         print(f"[{i + 1}/{len(rows)} {time.time() - start:.0f}s] {r['M']}x{r['N']}x{r['K']}: {len(r['times'])} "

@@ -25,7 +25,7 @@ torch, CUDA, date, suite, host, and the settings such as FP8EXT_PDL when set), t
 from .common import (FP8_DENSE_TFLOPS, HBM_TBPS, INDUCTOR_SHAPES, QUICK, geomean, git_commit, make_operands,
                      parse_shapes, run_record, suite_record, suite_shapes, tflops, weight_gbps)
 from .registry import SUITES, Suite, register_suite
-from .timing import Timer, _median
+from .timing import Timer
 from .cli import cpu_demo, main
 from .suites.peers import plot, print_table, run_gpu, summarize
 from .suites.zoo import plot_zoo, print_zoo_table, run_zoo, summarize_zoo

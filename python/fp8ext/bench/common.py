@@ -225,12 +225,12 @@ def ratio(num, den) -> Optional[float]:
 
 
 def timed_or_failed(timer, fns: dict[str, Callable[[], object]], rounds: int) -> dict:
-    """timer.interleaved() of the fns that run, in us; the failure string in place of each fn that raises."""
+    """timer.interleaved() of the fns that run, in the timer's unit; the failure string in place of each fn that
+    raises, whether on its first call or in one of its timed turns (the others go on)."""
     ok, errors = split_failures(fns)
-    try:
-        times = timer.interleaved(ok, rounds) if ok else {}
-    except Exception as e:  # noqa: BLE001
-        times = {n: failure(e) for n in ok}
+    failed: dict[str, BaseException] = {}
+    times = timer.interleaved(ok, rounds, failed=failed) if ok else {}
+    errors.update({n: failure(e) for n, e in failed.items()})
     return {n: times.get(n, errors.get(n)) for n in fns}
 
 
