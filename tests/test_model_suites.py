@@ -1,4 +1,4 @@
-"""The model, quantize and linear suites without a GPU: registered, refusing cleanly, and their arithmetic (tokens/s,
+"""The model, quantize, linear and decode-chain suites without a GPU: registered, refusing cleanly, and their arithmetic (tokens/s,
 top-1 agreement, bandwidth, ratios, summaries) on small synthetic inputs; the model comparison runs end to end on
 a tiny Llama on CPU, its timings from a scripted clock."""
 import json
@@ -9,7 +9,8 @@ import torch
 import fp8ext.bench as bench
 from fp8ext.bench import cli, llama_models, main, timing
 from fp8ext.bench.common import ratio, split_failures, timed_or_failed
-from fp8ext.bench.suites import linear as linear_suite, model as model_suite, quantize as quantize_suite
+from fp8ext.bench.suites import decode_chain as chain_suite, linear as linear_suite, model as model_suite
+from fp8ext.bench.suites import quantize as quantize_suite
 from fp8ext.testing import torch_cpu_takes_rowwise_scales
 
 needs_cpu_rowwise = pytest.mark.skipif(not torch_cpu_takes_rowwise_scales(),
@@ -388,3 +389,26 @@ def test_linear_rows_and_summary():
     assert s["70b M>=2048 acceptance (>= 1.3)"] == "incomplete" and s["failed rows"] == 1
     assert "8b M<=16 acceptance (>= 1.6)" not in s
     assert len(s["worst bf16/fp8ext"]) == 3 and s["worst bf16/fp8ext"][0] == "8b o M=2048: 1.400"
+
+
+# ---- decode-chain ---------------------------------------------------------------------------------------------
+
+def test_decode_chain_default_shapes_are_the_unfused_llama_layers():
+    nk = list(dict.fromkeys((n, k) for _, n, k in chain_suite.DEFAULT_SHAPES))
+    assert nk == [(14336, 4096), (4096, 14336), (4096, 4096), (1024, 4096),
+                  (28672, 8192), (8192, 28672), (8192, 8192), (1024, 8192)]
+    assert {m for m, _, _ in chain_suite.DEFAULT_SHAPES} == {1, 8}
+
+
+def test_decode_chain_rows_and_summary():
+    rows = [chain_suite.row_of(1, 4096, 4096, "a", {"a": 10.0, "b": 8.0, "c": "failed: E"}),
+            chain_suite.row_of(8, 4096, 4096, "b", {"a": 10.0, "b": 10.2}),
+            chain_suite.row_of(1, 1024, 4096, "torch._scaled_mm", {"a": 5.0})]
+    assert rows[0]["best"] == "b" and rows[0]["pick_over_best"] == 1.25
+    assert rows[1]["best"] == "a" and rows[1]["pick_over_best"] == pytest.approx(1.02)
+    assert rows[2]["pick_over_best"] is None
+    s = chain_suite.summarize(rows)
+    assert s["geomean pick / fastest"] == pytest.approx((1.25 * 1.02) ** 0.5, abs=1e-3)
+    assert s["picks within 4% of the fastest"] == 1 and s["pick not timed (backstop or failure)"] == 1
+    assert s["worst picks"][0] == "1x4096x4096 a: 1.250 (b)"
+

@@ -12,14 +12,15 @@
 # zoo (the shape zoo, tuning and held-out parts), inductor (torch.compile max-autotune peer on the baseline's 7 shapes,
 # a process per shape within FP8EXT_INDUCTOR_BUDGET_S, default 420 s), multigpu (needs 2 GPUs), invariance (batch
 # invariance through dispatch), host (host time per eager call), floor (decode against an empty kernel and a plain
-# read), autotune (the autotuner's picks against the cost model's), edge (NaN, inf, zero scales and overflow against
+# read), autotune (the autotuner's picks against the cost model's), decode-chain (a decode layer per candidate
+# kernel, as chains replayed in CUDA graphs), edge (NaN, inf, zero scales and overflow against
 # cuBLASLt), model (a Llama-3 8B/70B-shaped decoder stack end to end: bf16, fp8ext.convert, torch row-wise and
 # torchao; prefill and decode tokens/s, top-1 agreement; plot in $OUT_DIR/model.png; FP8EXT_MODEL_ARGS adds options,
 # e.g. "--config 8b --compile"), quantize (quantize_rowwise against copy bandwidth and an empty launch), linear
 # (Float8Linear against bf16 nn.Linear on Llama-3 layers), blockwise (the block-scaled kernels against torch
 # block-wise and fp8ext row-wise; with the stage selftest also, first, tests/test_blockwise_selftest.py),
-# sanitize (tools/sanitize.sh). Each of inductor, invariance, host, floor, autotune, edge, model, quantize and
-# linear is `python -m fp8ext.bench --suite NAME` (NAME inductor-peer for inductor), its record in
+# sanitize (tools/sanitize.sh). Each of inductor, invariance, host, floor, autotune, decode-chain, edge, model,
+# quantize and linear is `python -m fp8ext.bench --suite NAME` (NAME inductor-peer for inductor), its record in
 # $OUT_DIR/NAME.json and its output in $OUT_DIR/NAME.log. Wheels that the machine lacks (nvidia-cutlass for the headers) may be placed
 # in .whl/; they are installed to a private prefix first. The build is in place and incremental (build/ is
 # reused when the machine is still warm).
@@ -191,7 +192,7 @@ if [[ $STAGES == *,invariance,* ]]; then
   awk '$0 !~ /identical 100.00%/' "$OUT_DIR/invariance.log" | head -40
 fi
 
-for name in host floor autotune; do
+for name in host floor autotune decode-chain; do
   if [[ $STAGES == *,$name,* ]]; then
     probe "$name"
     cat "$OUT_DIR/$name.log"
