@@ -144,45 +144,60 @@ DEEPSEEK_V3 = [("q_a_proj", 1536, 7168), ("q_b_proj", 24576, 1536), ("kv_a_proj_
 # ends of the range they compute.
 DEEPSEEK_M = [1, 4, 16, 32, 64, 128, 512, 1024, 4096, 16384]
 
-# The block-wise suite's fresh sets, (M, N, K) as tools/draw_fresh_shapes.py drew them (the tool redraws each one
-# exactly; tests/test_blockwise.py checks it) and as `--suite blockwise --shapes` timed them: weights of models
-# that no fit and no earlier run had read, four seeded M each. A set judges one fit of the block-wise dispatch and
-# then becomes tuning material (tools/fit_blockwise_dispatch.py --custom).
-FRESH_SETS: dict[str, list[tuple[int, int, int]]] = {
+# The block-wise suite's fresh sets: weights of models that no fit and no earlier run had read, as (model, weight,
+# N, K, the four M drawn for it), the fused projections as the serving engines run them, from the models' published
+# configs. tools/draw_fresh_shapes.py drew the M (seeded; it redraws them exactly, tests/test_blockwise.py checks
+# it) and `--suite blockwise --shapes` timed these shapes. A set judges one fit of the block-wise dispatch and then
+# becomes tuning material (tools/fit_blockwise_dispatch.py --custom).
+FRESH_SETS: dict[str, list[tuple[str, str, int, int, tuple[int, ...]]]] = {
     "fresh-2026-12-03": [
-        (76, 9216, 4096), (696, 9216, 4096), (1080, 9216, 4096), (4128, 9216, 4096),  # qwen3-235b-a22b qkv
-        (4, 4096, 8192), (728, 4096, 8192), (14432, 4096, 8192), (35, 4096, 8192),  # qwen3-235b-a22b o
-        (40, 3072, 4096), (140, 3072, 4096), (5032, 3072, 4096), (169, 3072, 4096),  # qwen3-235b-a22b expert_gate_up
-        (4, 4096, 1536), (316, 4096, 1536), (3932, 4096, 1536), (2900, 4096, 1536),  # qwen3-235b-a22b expert_down
-        (84, 10240, 5120), (404, 10240, 5120), (3216, 10240, 5120), (1206, 10240, 5120),  # qwen3-32b qkv
-        (36, 5120, 8192), (952, 5120, 8192), (13312, 5120, 8192), (2, 5120, 8192),  # qwen3-32b o
-        (16, 51200, 5120), (740, 51200, 5120), (3580, 51200, 5120), (36, 51200, 5120),  # qwen3-32b gate_up
-        (4, 5120, 25600), (308, 5120, 25600), (1220, 5120, 25600), (8, 5120, 25600),  # qwen3-32b down
-        (24, 6144, 4096), (220, 6144, 4096), (3472, 6144, 4096), (19, 6144, 4096),  # qwen3-8b qkv
-        (4, 4096, 4096), (184, 4096, 4096), (1628, 4096, 4096), (13788, 4096, 4096),  # qwen3-8b o
-        (4, 24576, 4096), (232, 24576, 4096), (3688, 24576, 4096), (2, 24576, 4096),  # qwen3-8b gate_up
-        (4, 4096, 12288), (436, 4096, 12288), (3736, 4096, 12288), (188, 4096, 12288),  # qwen3-8b down
-        (4, 14336, 12288), (568, 14336, 12288), (1524, 14336, 12288), (248, 14336, 12288),  # mistral-large-2 qkv
-        (8, 12288, 12288), (136, 12288, 12288), (1548, 12288, 12288), (298, 12288, 12288),  # mistral-large-2 o
-        (4, 57344, 12288), (324, 57344, 12288), (6936, 57344, 12288), (387, 57344, 12288),  # mistral-large-2 gate_up
-        (4, 12288, 28672), (172, 12288, 28672), (1064, 12288, 28672), (518, 12288, 28672),  # mistral-large-2 down
+        # Qwen3-235B-A22B: hidden 4096, 64 q / 4 kv heads of 128, expert MLP 1536
+        ("qwen3-235b-a22b", "qkv", 9216, 4096, (76, 696, 1080, 4128)),
+        ("qwen3-235b-a22b", "o", 4096, 8192, (4, 728, 14432, 35)),
+        ("qwen3-235b-a22b", "expert_gate_up", 3072, 4096, (40, 140, 5032, 169)),
+        ("qwen3-235b-a22b", "expert_down", 4096, 1536, (4, 316, 3932, 2900)),
+        # Qwen3-32B: hidden 5120, 64 q / 8 kv heads of 128, MLP 25600
+        ("qwen3-32b", "qkv", 10240, 5120, (84, 404, 3216, 1206)),
+        ("qwen3-32b", "o", 5120, 8192, (36, 952, 13312, 2)),
+        ("qwen3-32b", "gate_up", 51200, 5120, (16, 740, 3580, 36)),
+        ("qwen3-32b", "down", 5120, 25600, (4, 308, 1220, 8)),
+        # Qwen3-8B: hidden 4096, 32 q / 8 kv heads of 128, MLP 12288
+        ("qwen3-8b", "qkv", 6144, 4096, (24, 220, 3472, 19)),
+        ("qwen3-8b", "o", 4096, 4096, (4, 184, 1628, 13788)),
+        ("qwen3-8b", "gate_up", 24576, 4096, (4, 232, 3688, 2)),
+        ("qwen3-8b", "down", 4096, 12288, (4, 436, 3736, 188)),
+        # Mistral-Large-2: hidden 12288, 96 q / 8 kv heads of 128, MLP 28672
+        ("mistral-large-2", "qkv", 14336, 12288, (4, 568, 1524, 248)),
+        ("mistral-large-2", "o", 12288, 12288, (8, 136, 1548, 298)),
+        ("mistral-large-2", "gate_up", 57344, 12288, (4, 324, 6936, 387)),
+        ("mistral-large-2", "down", 12288, 28672, (4, 172, 1064, 518)),
     ],
     "fresh-2026-12-03b": [
-        (8, 9216, 7168), (340, 9216, 7168), (7628, 9216, 7168), (17, 9216, 7168),  # yi-34b qkv
-        (12, 7168, 7168), (296, 7168, 7168), (3528, 7168, 7168), (5, 7168, 7168),  # yi-34b o
-        (28, 40960, 7168), (292, 40960, 7168), (4564, 40960, 7168), (5, 40960, 7168),  # yi-34b gate_up
-        (4, 7168, 20480), (416, 7168, 20480), (7972, 7168, 20480), (9458, 7168, 20480),  # yi-34b down
-        (16, 7168, 5120), (504, 7168, 5120), (2144, 7168, 5120), (1815, 7168, 5120),  # qwen3-14b qkv
-        (4, 34816, 5120), (268, 34816, 5120), (6872, 34816, 5120), (307, 34816, 5120),  # qwen3-14b gate_up
-        (8, 5120, 17408), (220, 5120, 17408), (1028, 5120, 17408), (200, 5120, 17408),  # qwen3-14b down
-        (4, 14336, 5120), (184, 14336, 5120), (4048, 14336, 5120), (414, 14336, 5120),  # glm-4.5 qkv
-        (48, 5120, 12288), (260, 5120, 12288), (7028, 5120, 12288), (22, 5120, 12288),  # glm-4.5 o
-        (4, 3072, 5120), (132, 3072, 5120), (6944, 3072, 5120), (1317, 3072, 5120),  # glm-4.5 expert_gate_up
-        (4, 5120, 1536), (192, 5120, 1536), (10284, 5120, 1536), (2, 5120, 1536),  # glm-4.5 expert_down
-        (32, 73728, 12288), (612, 73728, 12288), (1064, 73728, 12288), (54, 73728, 12288),  # command-a gate_up
-        (112, 12288, 36864), (416, 12288, 36864), (1160, 12288, 36864), (1109, 12288, 36864),  # command-a down
+        # Yi-34B: hidden 7168, 56 q / 8 kv heads of 128, MLP 20480
+        ("yi-34b", "qkv", 9216, 7168, (8, 340, 7628, 17)),
+        ("yi-34b", "o", 7168, 7168, (12, 296, 3528, 5)),
+        ("yi-34b", "gate_up", 40960, 7168, (28, 292, 4564, 5)),
+        ("yi-34b", "down", 7168, 20480, (4, 416, 7972, 9458)),
+        # Qwen3-14B: hidden 5120, 40 q / 8 kv heads of 128, MLP 17408 (its o, 5120 x 5120, is Phi-3-medium's)
+        ("qwen3-14b", "qkv", 7168, 5120, (16, 504, 2144, 1815)),
+        ("qwen3-14b", "gate_up", 34816, 5120, (4, 268, 6872, 307)),
+        ("qwen3-14b", "down", 5120, 17408, (8, 220, 1028, 200)),
+        # GLM-4.5: hidden 5120, 96 q / 8 kv heads of 128, expert MLP 1536
+        ("glm-4.5", "qkv", 14336, 5120, (4, 184, 4048, 414)),
+        ("glm-4.5", "o", 5120, 12288, (48, 260, 7028, 22)),
+        ("glm-4.5", "expert_gate_up", 3072, 5120, (4, 132, 6944, 1317)),
+        ("glm-4.5", "expert_down", 5120, 1536, (4, 192, 10284, 2)),
+        # Command-A: hidden 12288, MLP 36864 (its attention weights are Mistral-Large-2's)
+        ("command-a", "gate_up", 73728, 12288, (32, 612, 1064, 54)),
+        ("command-a", "down", 12288, 36864, (112, 416, 1160, 1109)),
     ],
 }
+
+
+def fresh_shapes(name: str) -> list[tuple[int, int, int]]:
+    """The (M, N, K) of a fresh set, weight by weight, in the order they were drawn and timed."""
+    return [(m, n, k) for _, _, n, k, ms in FRESH_SETS[name] for m in ms]
+
 
 # The synthetic tuning grid of the block-wise dispatch: decode and small M against long K, where its fit was
 # weakest. Tuning material only, never a judge: no fresh set may hold its weights.
