@@ -51,7 +51,7 @@ class Timer:
         return cls(warmup_ms=0, hold=False, flush=False, calls=calls, sync=True)
 
     def __call__(self, fn: Callable[[], object]) -> float:
-        return median(self.samples(fn))
+        return median(self.samples(fn, calls=self.calls))
 
     def _spin_cycles_per_us(self) -> float:
         """The spin kernel's clock (torch.cuda._sleep counts SM cycles), measured once."""
