@@ -334,7 +334,7 @@ def test_blockwise_suite_rows_and_summary():
 
 @pytest.mark.parametrize("argv, message", [
     (["--suite", "quick", "--shapes", "16x4096x4096"], "--shapes is not an option of --suite quick (it is of: custom, "
-     "blockwise)"),
+     "blockwise, decode-chain)"),
     (["--suite", "custom", "--split", "heldout", "--shapes", "16x4096x4096"], "--split is not an option of --suite "
      "custom (it is of: zoo, blockwise)"),
     (["--suite", "blockwise", "--split", "tune", "--shapes", "16x4096x4096"], "--shapes and --split choose the rows"),
