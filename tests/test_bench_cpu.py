@@ -6,7 +6,8 @@ import sys
 import pytest
 
 import fp8ext.bench as bench
-from fp8ext.bench import Timer, _median, cli, main
+from fp8ext.bench import Timer, cli, main
+from fp8ext.bench.timing import median
 from fp8ext.bench.suites import peers as peers_suite, zoo as zoo_suite
 
 
@@ -14,28 +15,28 @@ class ScriptedTimer(Timer):
     """A Timer whose 'measurements' are scripted: each turn of a peer returns the clock's current value, and the
     clock drifts upward with every turn, as a card settling under its power cap does."""
 
-    def __init__(self, rep_ms=90, warmup_ms=30):
-        self.rep_ms, self.warmup_ms = rep_ms, warmup_ms
-        self.calls = []
+    def __init__(self, rep_ms=90, warmup_ms=30, calls=None):
+        self.rep_ms, self.warmup_ms, self.calls = rep_ms, warmup_ms, calls
+        self.seen = []
         self.clock = 0.0
 
-    def samples(self, fn, rep_ms=None, warmup_ms=None):
-        self.calls.append((fn(), rep_ms, warmup_ms))
+    def samples(self, fn, rep_ms=None, warmup_ms=None, calls=None):
+        self.seen.append((fn(), rep_ms, warmup_ms, calls))
         self.clock += 1.0
         return [fn() * 10.0 + self.clock]
 
 
 def test_median():
-    assert _median([3.0, 1.0, 2.0]) == 2.0
-    assert _median([4.0, 1.0, 3.0, 2.0]) == 2.5
+    assert median([3.0, 1.0, 2.0]) == 2.0
+    assert median([4.0, 1.0, 3.0, 2.0]) == 2.5
 
 
 def test_interleaved_rotates_the_order_and_splits_the_time():
     t = ScriptedTimer()
     result = t.interleaved({"a": lambda: 1, "b": lambda: 2, "c": lambda: 3}, rounds=3)
-    assert [c[0] for c in t.calls] == [1, 2, 3, 2, 3, 1, 3, 1, 2]
-    assert all(rep == 30 for _, rep, _ in t.calls)
-    assert [w for _, _, w in t.calls[:3]] == [30, 30, 30] and all(w == 10 for _, _, w in t.calls[3:])
+    assert [c[0] for c in t.seen] == [1, 2, 3, 2, 3, 1, 3, 1, 2]
+    assert all(rep == 30 and calls is None for _, rep, _, calls in t.seen)
+    assert [w for _, _, w, _ in t.seen[:3]] == [30, 30, 30] and all(w == 10 for _, _, w, _ in t.seen[3:])
     # Each peer gets one early, one middle and one late turn: a = 10 + {1, 6, 8}, b = 20 + {2, 4, 9},
     # c = 30 + {3, 5, 7}; the median is taken over all of a peer's samples.
     assert result == {"a": 16.0, "b": 24.0, "c": 35.0}
@@ -44,7 +45,30 @@ def test_interleaved_rotates_the_order_and_splits_the_time():
 def test_one_round_is_the_old_method():
     t = ScriptedTimer()
     t.interleaved({"a": lambda: 1, "b": lambda: 2}, rounds=1)
-    assert [(c[0], c[1], c[2]) for c in t.calls] == [(1, 90, 30), (2, 90, 30)]
+    assert [(c[0], c[1], c[2]) for c in t.seen] == [(1, 90, 30), (2, 90, 30)]
+
+
+def test_interleaved_splits_a_count_of_calls_over_the_turns():
+    t = ScriptedTimer(warmup_ms=0, calls=5)
+    t.interleaved({"a": lambda: 1, "b": lambda: 2}, rounds=2)
+    assert [(c[0], c[2], c[3]) for c in t.seen] == [(1, 0, 3), (2, 0, 3), (2, 0, 3), (1, 0, 3)]
+
+
+def test_interleaved_can_record_a_failing_fn_and_go_on():
+    t, turns = ScriptedTimer(), []
+
+    def flaky():
+        turns.append("b")
+        if len(turns) > 1:
+            raise RuntimeError("out of memory")
+        return 2
+
+    failed = {}
+    result = t.interleaved({"a": lambda: 1, "b": flaky, "c": lambda: 3}, rounds=3, failed=failed)
+    assert set(result) == {"a", "c"} and list(failed) == ["b"] and str(failed["b"]) == "out of memory"
+    assert len(turns) == 2  # no turn of b after the one that failed
+    with pytest.raises(RuntimeError, match="out of memory"):
+        t.interleaved({"b": flaky}, rounds=1)
 
 
 def test_interleaved_enters_around_for_each_turn():
@@ -58,7 +82,7 @@ def test_interleaved_enters_around_for_each_turn():
         yield
 
     t.interleaved({"a": lambda: 1, "b": lambda: 2}, rounds=2, around=around)
-    assert entered == ["a", "b", "b", "a"] and [c[0] for c in t.calls] == [1, 2, 2, 1]
+    assert entered == ["a", "b", "b", "a"] and [c[0] for c in t.seen] == [1, 2, 2, 1]
 
 
 class _GpuScript:
@@ -101,7 +125,7 @@ class _GpuScript:
 
 def _timer(script, hold=True, rep_ms=10.0):
     t = Timer.__new__(Timer)
-    t.rep_ms, t.warmup_ms, t.hold = rep_ms, 0.0, hold
+    t.rep_ms, t.warmup_ms, t.hold, t.flush, t.calls, t.sync = rep_ms, 0.0, hold, True, None, False
     t._flush, t._cycles_per_us, t._flush_time_us = script.flush, 1000.0, 70.0
     return t
 
@@ -124,6 +148,27 @@ def test_timer_without_hold_is_do_bench_order(monkeypatch):
     assert script.log[-4 * len(samples):] == ["flush", "record", "fn", "record"] * len(samples)
 
 
+def test_timer_of_forwards_takes_its_calls_unflushed_one_after_another(monkeypatch):
+    script = _GpuScript(monkeypatch, span_us=2500.0)
+    synced = []
+    t = Timer.forwards(calls=4)
+    assert (t.flush, t.hold, t.sync, t._flush) == (False, False, True, None)
+    import fp8ext.bench.timing as timing
+
+    real_event = timing.torch.cuda.Event
+
+    class SyncedEvent(real_event):
+        def synchronize(self):
+            synced.append(len(script.log))
+
+    monkeypatch.setattr(timing.torch.cuda, "Event", SyncedEvent)
+    samples = t.samples(script.fn, calls=4)
+    # One untimed call, then each sample start, fn, end, waited for: no flush, no hold, no issue-time probe.
+    assert samples == [pytest.approx(2500.0)] * 4
+    assert script.log == ["fn"] + ["record", "fn", "record"] * 4
+    assert synced == [4, 7, 10, 13]
+
+
 def test_rounds_must_be_positive():
     with pytest.raises(SystemExit):
         main(["--rounds", "0"])
@@ -133,7 +178,7 @@ def test_rounds_must_be_positive():
 
 PEER_SUITES = ["quick", "llama", "inductor", "custom", "zoo"]
 PROBE_SUITES = ["floor", "host", "invariance", "inductor-peer", "autotune", "edge", "model", "quantize", "linear",
-                "blockwise"]
+                "blockwise", "decode-chain"]
 # The bench record's header and body, in the order the recorded JSON (and the tools reading it) have them.
 RECORD_KEYS = ["commit", "gpu", "torch", "cuda", "date", "suite", "host", "method", "summary", "rows"]
 
@@ -289,7 +334,7 @@ def test_blockwise_suite_rows_and_summary():
 
 @pytest.mark.parametrize("argv, message", [
     (["--suite", "quick", "--shapes", "16x4096x4096"], "--shapes is not an option of --suite quick (it is of: custom, "
-     "blockwise)"),
+     "blockwise, decode-chain)"),
     (["--suite", "custom", "--split", "heldout", "--shapes", "16x4096x4096"], "--split is not an option of --suite "
      "custom (it is of: zoo, blockwise)"),
     (["--suite", "blockwise", "--split", "tune", "--shapes", "16x4096x4096"], "--shapes and --split choose the rows"),

@@ -246,39 +246,39 @@ def _script(name):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
+    path = Path(__file__).resolve().parent.parent / "tools" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_torch_blockwise_probe_tells_right_wrong_and_refused(monkeypatch):
-    """scripts/probe_torch_blockwise.py, the check to rerun before the backstop is turned on for another torch:
+def test_torch_blockwise_check_tells_right_wrong_and_refused(monkeypatch):
+    """tools/check_torch_blockwise.py, the check to rerun before the backstop is turned on for another torch:
     on CPU, with fp8ext's reference path standing in for torch (right), a scaled copy of it (wrong) and torch's
     own CPU refusal."""
-    probe = _script("probe_torch_blockwise")
+    check = _script("check_torch_blockwise")
     monkeypatch.setattr("fp8ext.testing.random_blockwise_operands",
                         lambda M, N, K, device: random_blockwise_operands(M, N, K))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(probe, "M", 8)
-    monkeypatch.setattr(probe, "N", 128)
+    monkeypatch.setattr(check, "M", 8)
+    monkeypatch.setattr(check, "N", 128)
 
     def refuse(*args, **kwargs):
         raise ValueError("Invalid scaling configuration.\n- details")
 
     monkeypatch.setattr(torch, "_scaled_mm", refuse)
-    assert probe.probe_k(640)["torch"] == "refused: Invalid scaling configuration."
+    assert check.check_k(640)["torch"] == "refused: Invalid scaling configuration."
     monkeypatch.setattr(torch, "_scaled_mm", lambda a, b, sa, sb, out_dtype: fp8ext.scaled_mm(a, b, sa, sb))
-    row = probe.probe_k(640)
+    row = check.check_k(640)
     assert row["torch"] == "right" and row["k_groups"] == 5 and not row["k_groups_multiple_of_4"]
     monkeypatch.setattr(torch, "_scaled_mm", lambda a, b, sa, sb, out_dtype: 1.5 * fp8ext.scaled_mm(a, b, sa, sb))
-    row = probe.probe_k(512)
+    row = check.check_k(512)
     assert row["torch"].startswith("wrong: ") and row["rel_err"] > 0.4 and row["k_groups_multiple_of_4"]
 
 
 def test_dispatch_fit_recovers_a_linear_time_model_and_scores_the_dispatch_own_picks():
-    # scripts/fit_blockwise_dispatch.py fits t = a + b W per kernel and scores fits by the dispatch's own
+    # tools/fit_blockwise_dispatch.py fits t = a + b W per kernel and scores fits by the dispatch's own
     # selection (no GPU needed).
     if not fp8ext.blockwise_kernel_names():
         pytest.skip("a CPU-only build has no block-scaled kernels to pick from")
@@ -416,25 +416,21 @@ def test_fit_script_reads_custom_rows_and_the_compiled_backstop():
 
 
 def test_fresh_shape_sets_are_reproducible_and_read_nothing_read_before():
-    # scripts/draw_fresh_shapes.py: a set of fresh shapes judges one fit; it must not repeat a weight read before,
-    # and it must redraw to the shapes its record ran.
-    import json
-    from pathlib import Path
+    # tools/draw_fresh_shapes.py: a set of fresh shapes judges one fit; it must not repeat a weight read before,
+    # and it must redraw the M that the suite timed, which fp8ext.zoo records.
+    from fp8ext import zoo
 
     draw = _script("draw_fresh_shapes")
-    for name, weights in draw.SETS.items():
+    assert zoo.FRESH_SETS
+    for name, weights in zoo.FRESH_SETS.items():
         shapes = draw.shapes(name)
-        assert shapes == draw.shapes(name) and len(shapes) == 4 * len(weights)
+        assert shapes == zoo.fresh_shapes(name) and len(shapes) == 4 * len(weights)
         for i, (m, n, k) in enumerate(shapes):
             lo, hi, four = draw.M_RANGES[i % 4]
-            assert lo <= m <= hi and (m % 4 == 0 or not four) and (n, k) == weights[i // 4][2:]
-        assert not {(n, k) for _, _, n, k in weights} & (draw.read_before(name) - draw.SHARED.get(name, set()))
-    record = Path(__file__).resolve().parent.parent / "bench" / "results" / \
-        "h200-2026-12-03-blockwise-fresh-45b5323.json"
-    ran = {(r["M"], r["N"], r["K"]) for r in json.loads(record.read_text())["rows"]}
-    assert set(draw.shapes("fresh-2026-12-03")) == ran
-    # The tuning grid is tuning material only: no set judges on its weights.
-    assert all(not {(n, k) for _, _, n, k in w} & set(draw.TUNE_GRID_NK) for w in draw.SETS.values())
+            assert lo <= m <= hi and (m % 4 == 0 or not four) and (n, k) == weights[i // 4][2:4]
+        assert not {(n, k) for _, _, n, k, _ in weights} & (draw.read_before(name) - draw.SHARED.get(name, set()))
+        # The tuning grid is tuning material only: no set judges on its weights.
+        assert not {(n, k) for _, _, n, k, _ in weights} & set(zoo.TUNE_GRID_NK)
 
 
 def test_fit_script_fits_torch_as_the_backstop():

@@ -11,7 +11,7 @@ import torch
 import fp8ext
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tools"))
 import tune  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not fp8ext.kernel_names() or bool(fp8ext.build_info().get("subset")),
@@ -82,7 +82,7 @@ def test_the_issue_example_runs_without_padded_tiles():
 
 
 def test_predictions_follow_the_documented_formula():
-    # The C++ ranking and scripts/tune.py's fit use the same formula on the same terms.
+    # The C++ ranking and tools/tune.py's fit use the same formula on the same terms.
     coeffs = {}
     for line in torch.ops.fp8ext._cost_coefficients():
         name, *c = line.split()

@@ -69,7 +69,7 @@ def test_scheduler_options_round_trip_and_bad_ones_raise():
 def test_capture_never_chooses_a_workspace_kernel(fast):
     # Inside CUDA-graph capture a call may allocate only its output, so no stream-K kernel (they need a
     # workspace); outside capture the model's own choice stands when it needs none.
-    from fp8ext.bench import LLAMA_M, LLAMA_NK
+    from fp8ext.zoo import LLAMA_M, LLAMA_NK
     for N, K in LLAMA_NK + [(2736, 1040), (106496, 16384)]:
         for M in sorted(set(LLAMA_M) | {4, 8, 100, 300}):
             eager = fp8ext.selected_kernel(M, N, K, torch.bfloat16, fast, torch_ok=False)

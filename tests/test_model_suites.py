@@ -1,4 +1,4 @@
-"""The model, quantize and linear suites without a GPU: registered, refusing cleanly, and their arithmetic (tokens/s,
+"""The model, quantize, linear and decode-chain suites without a GPU: registered, refusing cleanly, and their arithmetic (tokens/s,
 top-1 agreement, bandwidth, ratios, summaries) on small synthetic inputs; the model comparison runs end to end on
 a tiny Llama on CPU, its timings from a scripted clock."""
 import json
@@ -7,10 +7,15 @@ import pytest
 import torch
 
 import fp8ext.bench as bench
-from fp8ext.bench import cli, main
+from fp8ext.bench import cli, llama_models, main, timing
 from fp8ext.bench.common import ratio, split_failures, timed_or_failed
-from fp8ext.bench.suites import linear as linear_suite, model as model_suite, quantize as quantize_suite
+from fp8ext.bench.suites import decode_chain as chain_suite, linear as linear_suite, model as model_suite
+from fp8ext.bench.suites import quantize as quantize_suite
 from fp8ext.testing import torch_cpu_takes_rowwise_scales
+
+needs_cpu_rowwise = pytest.mark.skipif(not torch_cpu_takes_rowwise_scales(),
+                                       reason="the torch._scaled_mm row-wise peer: this torch's CPU path takes "
+                                              "per-tensor scales only")
 
 NEW_SUITES = ["model", "quantize", "linear"]
 
@@ -36,17 +41,18 @@ class FakeTimer:
     def __init__(self):
         self.seen = []
 
-    def interleaved(self, fns, rounds):
+    def interleaved(self, fns, rounds, failed):
         self.seen.append(list(fns))
-        return {n: 10.0 * (i + 1) for i, n in enumerate(fns)}
+        failed["c"] = MemoryError("in its second turn")
+        return {n: 10.0 * (i + 1) for i, n in enumerate(fns) if n != "c"}
 
 
-def test_timed_or_failed_keeps_the_order_and_records_the_failure():
+def test_timed_or_failed_keeps_the_order_and_records_the_failures():
     t = FakeTimer()
     times = timed_or_failed(t, {"a": lambda: 1, "b": lambda: [][0], "c": lambda: 2}, rounds=2)
     assert t.seen == [["a", "c"]]
-    assert list(times) == ["a", "b", "c"] and times["a"] == 10.0 and times["c"] == 20.0
-    assert times["b"].startswith("failed: IndexError")
+    assert list(times) == ["a", "b", "c"] and times["a"] == 10.0
+    assert times["b"].startswith("failed: IndexError") and times["c"] == "failed: MemoryError: in its second turn"
 
 
 # ---- model ---------------------------------------------------------------------------------------------------
@@ -66,12 +72,22 @@ def test_speedups():
                  "fp8ext_vs_torch_rowwise": pytest.approx(1.2)}
 
 
-def test_time_ms_interleaves_and_records_a_failing_variant():
+def scripted_forwards(monkeypatch, clock):
+    """Timer.samples with its CUDA events scripted: each of a turn's calls of fn takes clock(fn) ms."""
+    def samples(self, fn, rep_ms=None, warmup_ms=None, calls=None):
+        assert (self.flush, self.hold, self.sync) == (False, False, True)  # Timer.forwards: whole forwards
+        return [1e3 * clock(fn) for _ in range(calls)]
+
+    monkeypatch.setattr(timing.Timer, "samples", samples)
+
+
+def test_time_ms_interleaves_and_records_a_failing_variant(monkeypatch):
     calls = []
     fns = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b"), "bad": lambda: 1 / 0}
     clock = iter(range(100))
-    times = model_suite.time_ms(fns, iters=4, rounds=2, warmup=1, clock=lambda fn: (fn(), float(next(clock)))[1])
-    # One call each to find the failure, then turns of 2: a a b b, then b b a a.
+    scripted_forwards(monkeypatch, lambda fn: (fn(), float(next(clock)))[1])
+    times = model_suite.time_ms(fns, iters=4, rounds=2)
+    # One call each to find the failure, then turns of 2: a a b b, then b b a a; ms from the timer's us.
     assert calls == ["a", "b", "a", "a", "b", "b", "b", "b", "a", "a"]
     assert times["a"] == 3.5 and times["b"] == 3.5 and times["bad"].startswith("failed: ZeroDivisionError")
 
@@ -91,14 +107,13 @@ def tiny_timed(monkeypatch):
         mods = {type(m).__name__ for m in model.modules()}
         return 1.0 if "Float8Linear" in mods and "TorchRowwiseLinear" not in mods else 2.0
 
-    monkeypatch.setattr(model_suite, "_event_ms", fake_clock)
-    monkeypatch.setattr(model_suite, "cuda_graph", lambda step: step)
+    scripted_forwards(monkeypatch, fake_clock)
+    monkeypatch.setattr(llama_models, "cuda_graph", lambda step: step)
     return model_suite.compare("tiny", layers=1, vocab=256, device="cpu", prefill_shapes=[(1, 32), (2, 16)],
                                decode_batches=[2], ctx=8, timed=True, iters=2, rounds=2, torchao=False)
 
 
-@pytest.mark.skipif(not torch_cpu_takes_rowwise_scales(),
-                    reason="the torch._scaled_mm row-wise peer: this torch's CPU path takes per-tensor scales only")
+@needs_cpu_rowwise
 def test_tiny_model_comparison_timed_on_cpu(tiny_timed, tmp_path):
     res = tiny_timed
     assert res["variants"] == ["bf16", "fp8ext", "fp8ext_fused", "torch_rowwise"]
@@ -124,8 +139,7 @@ def test_tiny_model_comparison_timed_on_cpu(tiny_timed, tmp_path):
     assert model_suite.plot(rows, str(tmp_path / "m.png")) and (tmp_path / "m.png").stat().st_size > 0
 
 
-@pytest.mark.skipif(not torch_cpu_takes_rowwise_scales(),
-                    reason="the torch._scaled_mm row-wise peer: this torch's CPU path takes per-tensor scales only")
+@needs_cpu_rowwise
 def test_tiny_model_compiled_modes(monkeypatch):
     """--compile: prefill under torch.compile and the compiled decode step as a CUDA graph, for the variants asked
     for. Dynamo traces the real models (backend "eager": no code generation on CPU); the clock is scripted."""
@@ -140,9 +154,9 @@ def test_tiny_model_compiled_modes(monkeypatch):
         fn()
         return 1.0
 
-    monkeypatch.setattr(model_suite, "compile_model", compile_eager)
-    monkeypatch.setattr(model_suite, "_event_ms", fake_clock)
-    monkeypatch.setattr(model_suite, "cuda_graph", lambda step: step)
+    monkeypatch.setattr(llama_models, "compile_model", compile_eager)
+    scripted_forwards(monkeypatch, fake_clock)
+    monkeypatch.setattr(llama_models, "cuda_graph", lambda step: step)
     torch._dynamo.reset()
     res = model_suite.compare("tiny", layers=1, vocab=256, device="cpu", prefill_shapes=[(1, 32)],
                               decode_batches=[2], ctx=8, timed=True, compiled=True, iters=2, rounds=1,
@@ -216,13 +230,13 @@ def test_torchao_failure_is_recorded_not_raised(monkeypatch):
     def broken(model):
         raise ImportError("No module named 'torchao'")
 
-    monkeypatch.setattr(model_suite, "torchao_variant", broken)
-    model = model_suite.build_model("tiny", 1, 256, "cpu")
-    models, report, errors = model_suite.variants(model, torchao=True)
+    monkeypatch.setattr(llama_models, "torchao_variant", broken)
+    model = llama_models.build_model("tiny", 1, 256, "cpu")
+    models, report, errors = llama_models.variants(model, torchao=True)
     assert list(models) == ["bf16", "fp8ext", "fp8ext_fused", "torch_rowwise"] and report["swapped"] == 7
     assert report["fused_groups"] == 2  # q/k/v and gate/up of the one layer
     assert errors == {"torchao": "failed: ImportError: No module named 'torchao'"}
-    models, report, errors = model_suite.variants(model, torchao=False, fused=False)
+    models, report, errors = llama_models.variants(model, torchao=False, fused=False)
     assert list(models) == ["bf16", "fp8ext", "torch_rowwise"] and "fused_groups" not in report
     assert errors["fp8ext_fused"] == "not requested (--no-fused)"
 
@@ -234,40 +248,82 @@ def test_packed_gqa_attention_computes_what_sdpa_does_at_decode(monkeypatch):
     from fp8ext.bench.common import rel_err
 
     packed = []
-    real = model_suite.sdpa_packed_gqa
+    real = llama_models.sdpa_packed_gqa
 
     def spy(module, query, key, *args, **kwargs):
         out = real(module, query, key, *args, **kwargs)
         packed.append((query.shape[2], key.shape[1]))
         return out
 
-    monkeypatch.setattr(model_suite, "sdpa_packed_gqa", spy)
+    monkeypatch.setattr(llama_models, "sdpa_packed_gqa", spy)
     logits = {}
     with torch.inference_mode():
         for attention in ("sdpa", "sdpa_packed_gqa"):
-            model = model_suite.build_model("tiny", 2, 256, "cpu", attention=attention)
-            logits[attention] = model_suite.decode_step(model, 3, 16, 256, "cpu")().float()
+            model = llama_models.build_model("tiny", 2, 256, "cpu", attention=attention)
+            logits[attention] = llama_models.decode_step(model, 3, 16, 256, "cpu")().float()
     assert (1, 2) in packed  # the decode step: one query token, 2 KV heads
     assert rel_err(logits["sdpa_packed_gqa"], logits["sdpa"]) < 1e-2
     with pytest.raises(ValueError, match="attention: expected one of"):
-        model_suite.build_model("tiny", 1, 256, "cpu", attention="flash")
+        llama_models.build_model("tiny", 1, 256, "cpu", attention="flash")
 
 
 def test_linears_omitted_replaces_only_the_fp8_layers_and_copies_no_weight():
-    from fp8ext.nn import Float8Linear
+    from fp8ext.nn import Float8Linear, convert
 
     model = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.ReLU(), torch.nn.Linear(48, 16),
                                 torch.nn.Linear(16, 8))  # the last one is left in float (8 is not a multiple of 16)
-    fp8ext_report = model_suite.convert(model)
+    fp8ext_report = convert(model)
     assert len(fp8ext_report.swapped) == 2
     before = {n: p.clone() for n, p in model.state_dict().items()}
-    free = model_suite.linears_omitted(model)
+    free = llama_models.linears_omitted(model)
     assert [type(m).__name__ for m in free] == ["_Omitted", "ReLU", "_Omitted", "Linear"]
     assert all(isinstance(model[i], Float8Linear) for i in (0, 2))  # the original is untouched
     assert all(torch.equal(before[n], p) for n, p in model.state_dict().items())
     assert not any(t.dtype == torch.float8_e4m3fn for t in free.state_dict().values())
     assert free(torch.randn(5, 3, 32)).shape == (5, 3, 8)
     assert free[3].weight.data_ptr() != model[3].weight.data_ptr()  # the rest is a real copy
+
+
+@needs_cpu_rowwise
+def test_tiny_comparison_on_cpu():
+    # The comparison untimed, on CPU (the ops' CPU paths stand in for the kernels): every FP8 variant close to bf16.
+    pytest.importorskip("transformers")
+    result = model_suite.compare("tiny", layers=2, vocab=256, device="cpu", prefill_shapes=[(2, 16)],
+                                 decode_batches=[2], ctx=8, timed=False, torchao=False)
+    # 2 layers x (q, k, v, o, gate, up, down); lm_head stays bf16.
+    assert result["convert"]["swapped"] == 14 and result["convert"]["skipped"] == [["lm_head",
+                                                                                   "lm_head (skip_lm_head=True)"]]
+    (pre,), (dec,) = result["prefill"], result["decode"]
+    assert set(pre["rel_err"]) == set(dec["rel_err"]) == {"fp8ext", "fp8ext_fused", "torch_rowwise"}
+    assert result["convert"]["fused_groups"] == 4  # q/k/v and gate/up of each layer
+    for errs in (*pre["rel_err"].values(), *dec["rel_err"].values()):
+        assert all(0 < e < 0.2 for e in errs.values()), errs
+    # The peer and the fused siblings use the same FP8 weights and the same activation formula: the FP8 variants
+    # agree closely.
+    for other in ("torch_rowwise", "fp8ext_fused"):
+        assert abs(pre["rel_err"]["fp8ext"]["hidden"] - pre["rel_err"][other]["hidden"]) < 0.02, other
+
+
+@needs_cpu_rowwise
+def test_torch_rowwise_peer_matches_float8linear():
+    from fp8ext.bench.common import TorchRowwiseLinear
+    from fp8ext.nn import Float8Linear
+
+    f8 = Float8Linear.from_linear(torch.nn.Linear(64, 32, dtype=torch.bfloat16))
+    x = torch.randn(3, 5, 64).bfloat16()
+    with torch.inference_mode():
+        torch.testing.assert_close(TorchRowwiseLinear(f8)(x), f8(x), rtol=1e-2, atol=1e-2)
+
+
+def test_decode_step_repeats():
+    # Timing and CUDA graphs call the step again and again: it must write the same cache slot every time.
+    pytest.importorskip("transformers")
+    model = llama_models.build_model("tiny", 1, 256, "cpu")
+    with torch.inference_mode():
+        step = llama_models.decode_step(model, 2, 8, 256, "cpu")
+        first = step().clone()
+        for _ in range(3):
+            torch.testing.assert_close(step(), first, rtol=0, atol=0)
 
 
 def test_model_summary_reports_the_decode_ceiling():
@@ -333,3 +389,26 @@ def test_linear_rows_and_summary():
     assert s["70b M>=2048 acceptance (>= 1.3)"] == "incomplete" and s["failed rows"] == 1
     assert "8b M<=16 acceptance (>= 1.6)" not in s
     assert len(s["worst bf16/fp8ext"]) == 3 and s["worst bf16/fp8ext"][0] == "8b o M=2048: 1.400"
+
+
+# ---- decode-chain ---------------------------------------------------------------------------------------------
+
+def test_decode_chain_default_shapes_are_the_unfused_llama_layers():
+    nk = list(dict.fromkeys((n, k) for _, n, k in chain_suite.DEFAULT_SHAPES))
+    assert nk == [(14336, 4096), (4096, 14336), (4096, 4096), (1024, 4096),
+                  (28672, 8192), (8192, 28672), (8192, 8192), (1024, 8192)]
+    assert {m for m, _, _ in chain_suite.DEFAULT_SHAPES} == {1, 8}
+
+
+def test_decode_chain_rows_and_summary():
+    rows = [chain_suite.row_of(1, 4096, 4096, "a", {"a": 10.0, "b": 8.0, "c": "failed: E"}),
+            chain_suite.row_of(8, 4096, 4096, "b", {"a": 10.0, "b": 10.2}),
+            chain_suite.row_of(1, 1024, 4096, "torch._scaled_mm", {"a": 5.0})]
+    assert rows[0]["best"] == "b" and rows[0]["pick_over_best"] == 1.25
+    assert rows[1]["best"] == "a" and rows[1]["pick_over_best"] == pytest.approx(1.02)
+    assert rows[2]["pick_over_best"] is None
+    s = chain_suite.summarize(rows)
+    assert s["geomean pick / fastest"] == pytest.approx((1.25 * 1.02) ** 0.5, abs=1e-3)
+    assert s["picks within 4% of the fastest"] == 1 and s["pick not timed (backstop or failure)"] == 1
+    assert s["worst picks"][0] == "1x4096x4096 a: 1.250 (b)"
+

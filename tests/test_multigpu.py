@@ -1,5 +1,5 @@
 """Two GPUs: the op computes on its tensors' device whatever the current device is, mixed devices raise, and a
-tensor-parallel linear over NCCL matches one GPU (scripts/tp_check.py under torchrun)."""
+tensor-parallel linear over NCCL matches one GPU (tests/tp_check.py under torchrun)."""
 import os
 import subprocess
 import sys
@@ -45,6 +45,6 @@ def test_tensors_on_two_gpus_raise():
 def test_tensor_parallel_linear_matches_one_gpu():
     env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                        str(ROOT / "scripts" / "tp_check.py")], capture_output=True, text=True, env=env,
+                        str(ROOT / "tests" / "tp_check.py")], capture_output=True, text=True, env=env,
                        timeout=600)
     assert r.returncode == 0 and "tensor-parallel check: PASS" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]

@@ -47,7 +47,7 @@ def random_rows(*shape, dtype=torch.bfloat16, device="cpu"):
 @pytest.mark.parametrize("dtype", [E4M3, E5M2])
 @pytest.mark.parametrize("in_dtype", IN_DTYPES)
 def test_the_testing_helper_quantizes_as_the_op(in_dtype, dtype):
-    # fp8ext.testing.quantize_rowwise is the torch-ops peer of the benchmarks and the e2e comparison: it must give
+    # fp8ext.testing.quantize_rowwise is the torch-ops peer of the benchmarks and the model suite: it must give
     # the op's bits, or the peers compare different activations.
     x = random_rows(65, 160, dtype=in_dtype)
     assert_same(fp8ext_testing.quantize_rowwise(x, dtype), fp8ext.quantize_rowwise(x, dtype=dtype))

@@ -1,4 +1,4 @@
-"""scripts/tune.py's fit and bookkeeping, without a GPU: the fit recovers known coefficients, refuses held-out
+"""tools/tune.py's fit and bookkeeping, without a GPU: the fit recovers known coefficients, refuses held-out
 rows, and writes what cost_model.cpp reads."""
 import json
 import random
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tools"))
 import tune  # noqa: E402
 
 pytest.importorskip("scipy")

@@ -36,10 +36,10 @@ def test_rejected_on_gpu(case):
 
 
 def test_error_table_is_generated_from_the_cases():
-    spec = importlib.util.spec_from_file_location("gen_error_table", ROOT / "scripts" / "gen_error_table.py")
+    spec = importlib.util.spec_from_file_location("gen_error_table", ROOT / "tools" / "gen_error_table.py")
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
-    assert DOCS.read_text() == gen.render(), "docs/errors.md is stale: run python scripts/gen_error_table.py"
+    assert DOCS.read_text() == gen.render(), "docs/errors.md is stale: run python tools/gen_error_table.py"
 
 
 # ---- the same messages from traced calls: the fake implementation runs the C++ checks on metadata ----

@@ -1,11 +1,11 @@
-"""scripts/wheel_record.py: the row-by-row comparison of a wheel's benchmark with an in-place build's."""
+"""tools/wheel_record.py: the row-by-row comparison of a wheel's benchmark with an in-place build's."""
 import importlib.util
 import math
 from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parent.parent / "scripts" / "wheel_record.py"
+_PATH = Path(__file__).resolve().parent.parent / "tools" / "wheel_record.py"
 _spec = importlib.util.spec_from_file_location("wheel_record", _PATH)
 wheel_record = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(wheel_record)

@@ -1,14 +1,14 @@
 """The shape zoo's split (python/fp8ext/zoo.py): fixed, disjoint from everything calibration measures, and never
 read by the fit behind the committed cost-model coefficients."""
 import json
+import subprocess
 import sys
 from pathlib import Path
 
-from fp8ext.bench import LLAMA_NK
-from fp8ext.zoo import MODEL_WEIGHTS, weights, zoo_rows
+from fp8ext.zoo import LLAMA_NK, MODEL_WEIGHTS, weights, zoo_rows
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tools"))
 import tune  # noqa: E402
 
 
@@ -47,3 +47,10 @@ def test_rows_are_valid_calls_with_serving_sized_m():
         ms = [r["M"] for r in zoo_rows(split)]
         assert min(ms) <= 128 and any(128 < m < 1024 for m in ms) and max(ms) >= 1024
     assert all(w["N"] % 64 == 0 and w["K"] % 64 == 0 for w in weights() if w["weight"].startswith("random/"))
+
+
+def test_the_shape_data_loads_without_the_benchmark():
+    # fp8ext.zoo is the leaf that the benchmark and the tools read: importing it must not load fp8ext.bench.
+    code = "import sys, fp8ext.zoo; assert 'fp8ext.bench' not in sys.modules, sorted(sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]

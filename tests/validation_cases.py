@@ -1,7 +1,7 @@
 """Every rejected input of fp8ext.scaled_mm, as data: the case, how to build it, and its exact message.
 
 Used by tests/test_validation.py (each case must raise exactly this message before anything runs) and by
-scripts/gen_error_table.py, which writes docs/errors.md from this table. Builders take a device so the same
+tools/gen_error_table.py, which writes docs/errors.md from this table. Builders take a device so the same
 cases run on CPU (CI) and on the GPU.
 """
 from __future__ import annotations

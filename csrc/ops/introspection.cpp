@@ -44,7 +44,7 @@ std::vector<std::string> blockwise_kernel_names() {
 }
 
 // The block-scaled kernel the dispatch runs for (M, N, K, out_dtype) with sm_count SMs ("" if none), or inside
-// capture. `fits` and `residuals`: trial fits for scripts/fit_blockwise_dispatch.py; fits are [a0, b0, a1, b1, ...]
+// capture. `fits` and `residuals`: trial fits for tools/fit_blockwise_dispatch.py; fits are [a0, b0, a1, b1, ...]
 // for the kernels of _blockwise_kernel_names in order, residuals [kernel index, log2 M, log2 N, log2 K, ln ratio,
 // ...] (blockwise_dispatch.h); both empty for the compiled-in ones. Needs no GPU.
 // torch_ok: the call is in torch's layouts with no bias (as the blockwise bench suite makes it), so that the
@@ -91,7 +91,7 @@ std::string selected_blockwise_kernel(int64_t M, int64_t N, int64_t K, ScalarTyp
 
 // The serial work per SM, in MACs, that the dispatch's time model gives the named block-scaled kernel (0 for a
 // decode kernel) or torch._scaled_mm (the backstop), and its compiled-in fit: [W, a, b]. For
-// scripts/fit_blockwise_dispatch.py.
+// tools/fit_blockwise_dispatch.py.
 std::vector<double> blockwise_work_and_fit(std::string name, int64_t M, int64_t N, int64_t K, int64_t sm_count) {
   if (name == "torch._scaled_mm") {  // the backstop, as the dispatch models it
     const sm90::BlockwiseFit f = sm90::torch_blockwise_fit();
@@ -186,7 +186,7 @@ std::vector<std::string> kernel_traits() {
 
 // The cost model's terms (f1, f2, f3, tiles needed, tiles computed, rounds, K iterations) for a kernel in its
 // written form (with its scheduler options), or for "torch._scaled_mm", on this device's SM count (132 without a
-// GPU). scripts/tune.py records them beside each measurement and fits the coefficients on them.
+// GPU). tools/tune.py records them beside each measurement and fits the coefficients on them.
 std::vector<double> cost_terms(std::string choice, int64_t M, int64_t N, int64_t K, ScalarType out_dtype) {
   const sm90::CostProblem p{M, N, K, out_dtype == ScalarType::Float ? 4 : 2, sm_count()};
   sm90::CostTerms f;

@@ -20,7 +20,7 @@
 // overlap it. So the amax is taken on integer keys (abs_key: a few integer instructions a pack, no float compares),
 // packs are kept and stored as whole 32-bit words, and what is rare stays out of line (the 64-bit division for 3-D
 // strides, the slow path of the IEEE divisions). That took the bf16 small-M kernel's path from about 370
-// instructions to about 200, and its time at M = 1..16 down by 0.15-0.3 us (scripts/probe_quantize_small_m.cu).
+// instructions to about 200, and its time at M = 1..16 down by 0.15-0.3 us (docs/decisions.md).
 #include <climits>
 #include <type_traits>
 
@@ -239,7 +239,7 @@ cudaError_t launch_one_pass_width(const QuantizeRowwiseParams& p, cudaStream_t s
 
 // Up to this many rows the grid is at most one CTA per SM of an H200 (132): every row is a latency chain (load,
 // reduce, scale, convert, store) with nothing to overlap it, and the chain is shorter at 2 packs a thread and twice
-// the threads (measured at M = 1..16, K = 4096 and 8192: scripts/probe_quantize_small_m.cu). Past it the GPU is
+// the threads (measured at M = 1..16, K = 4096 and 8192: docs/decisions.md). Past it the GPU is
 // full and 4 packs a thread keep more bytes in flight per thread.
 constexpr int64_t kFewRows = 128;
 

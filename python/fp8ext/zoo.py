@@ -1,12 +1,19 @@
-"""The shape zoo: real weight shapes of open model families, random weight shapes, and the odd M that serving
-produces, split once into a tuning part and a held-out part.
+"""Shape data, in one module that imports nothing of fp8ext (the benchmark and the tools read it):
+
+- the Llama-3 grid: LLAMA3_LAYERS, one decoder layer's projections of 8B, 70B and 405B; LLAMA_NK x LLAMA_M, the
+  llama suite's 144 shapes, which calibration measures too;
+- the shape zoo: real weight shapes of open model families, random weight shapes, and the odd M that serving
+  produces, split once into a tuning part and a held-out part (zoo_rows);
+- DeepSeek-V3's layers (DEEPSEEK_V3 x DEEPSEEK_M): the tuning part of the block-wise suite;
+- the block-wise suite's fresh sets (FRESH_SETS) and its synthetic tuning grid (TUNE_GRID_M x TUNE_GRID_NK), as
+  tools/draw_fresh_shapes.py drew them.
 
     from fp8ext.zoo import zoo_rows
-    tune = zoo_rows("tune")        # what calibration (scripts/tune.py) may measure and fit on
+    tune = zoo_rows("tune")        # what calibration (tools/tune.py) may measure and fit on
     heldout = zoo_rows("heldout")  # what only the benchmark (python -m fp8ext.bench --suite zoo) may measure
 
 Each weight is one linear layer's (N, K) = (output features, input features), as nn.Linear stores it [N, K].
-A weight lands in the tuning or the held-out part by a hash of its name, fixed once; a held-out weight whose
+A zoo weight lands in the tuning or the held-out part by a hash of its name, fixed once; a held-out weight whose
 (N, K) also occurs in the tuning part or on the llama grid (which calibration measures too) moves to the tuning
 part, so that no held-out weight shape was ever measured for calibration. Each weight gets four M values from a
 seeded generator: one each in [1, 128], (128, 1024) and [1024, 16384], and one anywhere, never a power of two.
@@ -18,6 +25,16 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+
+# Llama-3: one decoder layer's projections as (N, K), q/k/v and gate/up fused as the serving engines run them.
+LLAMA3_LAYERS: dict[str, dict[str, tuple[int, int]]] = {
+    "8b": {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)},
+    "70b": {"qkv": (10240, 8192), "o": (8192, 8192), "gate_up": (57344, 8192), "down": (8192, 28672)},
+    "405b": {"qkv": (18432, 16384), "o": (16384, 16384), "gate_up": (106496, 16384), "down": (16384, 53248)},
+}
+# The llama grid: those 12 weights at 12 M from decode to large prefill.
+LLAMA_NK: list[tuple[int, int]] = [nk for layer in LLAMA3_LAYERS.values() for nk in layer.values()]
+LLAMA_M = [1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 
 # (family, layer, N, K). Attention projections fused as the serving engines run them (q, k, v in one weight;
 # gate and up in one), MLP down projections, MoE experts and lm_heads. Sizes from the models' published configs.
@@ -94,8 +111,6 @@ def _split_of(name: str) -> str:
 
 def weights() -> list[dict]:
     """Every zoo weight: {"weight": "family/layer", "N", "K", "split"}."""
-    from .bench import LLAMA_NK
-
     out = [{"weight": f"{fam}/{layer}", "N": n, "K": k, "split": _split_of(f"{fam}/{layer}")}
            for fam, layer, n, k in MODEL_WEIGHTS + _random_weights()]
     measured = {(w["N"], w["K"]) for w in out if w["split"] == "tune"} | set(LLAMA_NK)
@@ -118,3 +133,73 @@ def zoo_rows(split: str | None = None) -> list[dict]:
             if split is None or w["split"] == split:
                 rows.append({"M": m, "N": w["N"], "K": w["K"], "weight": w["weight"], "split": w["split"]})
     return rows
+
+# DeepSeek-V3 (hidden 7168, MLA with q_lora 1536 / kv_lora 512, 128 heads; dense MLP 18432, experts 2048): (name, N,
+# K) of each weight as a GEMM out = x [M, K] @ w.t(), under its checkpoint's names. The zoo's deepseek-v3 family is
+# the same weights (and the lm_head) under the zoo's own names, which fix its split.
+DEEPSEEK_V3 = [("q_a_proj", 1536, 7168), ("q_b_proj", 24576, 1536), ("kv_a_proj_with_mqa", 576, 7168),
+               ("kv_b_proj", 32768, 512), ("o_proj", 7168, 16384), ("dense_gate_up", 36864, 7168),
+               ("dense_down", 7168, 18432), ("expert_gate_up", 4096, 7168), ("expert_down", 7168, 2048)]
+# M = 4 and 32 are the block-scaled decode kernels' largest (bw_gemv_m4_*, bw_gemv_tc_*): their fits must see both
+# ends of the range they compute.
+DEEPSEEK_M = [1, 4, 16, 32, 64, 128, 512, 1024, 4096, 16384]
+
+# The block-wise suite's fresh sets: weights of models that no fit and no earlier run had read, as (model, weight,
+# N, K, the four M drawn for it), the fused projections as the serving engines run them, from the models' published
+# configs. tools/draw_fresh_shapes.py drew the M (seeded; it redraws them exactly, tests/test_blockwise.py checks
+# it) and `--suite blockwise --shapes` timed these shapes. A set judges one fit of the block-wise dispatch and then
+# becomes tuning material (tools/fit_blockwise_dispatch.py --custom).
+FRESH_SETS: dict[str, list[tuple[str, str, int, int, tuple[int, ...]]]] = {
+    "fresh-2026-12-03": [
+        # Qwen3-235B-A22B: hidden 4096, 64 q / 4 kv heads of 128, expert MLP 1536
+        ("qwen3-235b-a22b", "qkv", 9216, 4096, (76, 696, 1080, 4128)),
+        ("qwen3-235b-a22b", "o", 4096, 8192, (4, 728, 14432, 35)),
+        ("qwen3-235b-a22b", "expert_gate_up", 3072, 4096, (40, 140, 5032, 169)),
+        ("qwen3-235b-a22b", "expert_down", 4096, 1536, (4, 316, 3932, 2900)),
+        # Qwen3-32B: hidden 5120, 64 q / 8 kv heads of 128, MLP 25600
+        ("qwen3-32b", "qkv", 10240, 5120, (84, 404, 3216, 1206)),
+        ("qwen3-32b", "o", 5120, 8192, (36, 952, 13312, 2)),
+        ("qwen3-32b", "gate_up", 51200, 5120, (16, 740, 3580, 36)),
+        ("qwen3-32b", "down", 5120, 25600, (4, 308, 1220, 8)),
+        # Qwen3-8B: hidden 4096, 32 q / 8 kv heads of 128, MLP 12288
+        ("qwen3-8b", "qkv", 6144, 4096, (24, 220, 3472, 19)),
+        ("qwen3-8b", "o", 4096, 4096, (4, 184, 1628, 13788)),
+        ("qwen3-8b", "gate_up", 24576, 4096, (4, 232, 3688, 2)),
+        ("qwen3-8b", "down", 4096, 12288, (4, 436, 3736, 188)),
+        # Mistral-Large-2: hidden 12288, 96 q / 8 kv heads of 128, MLP 28672
+        ("mistral-large-2", "qkv", 14336, 12288, (4, 568, 1524, 248)),
+        ("mistral-large-2", "o", 12288, 12288, (8, 136, 1548, 298)),
+        ("mistral-large-2", "gate_up", 57344, 12288, (4, 324, 6936, 387)),
+        ("mistral-large-2", "down", 12288, 28672, (4, 172, 1064, 518)),
+    ],
+    "fresh-2026-12-03b": [
+        # Yi-34B: hidden 7168, 56 q / 8 kv heads of 128, MLP 20480
+        ("yi-34b", "qkv", 9216, 7168, (8, 340, 7628, 17)),
+        ("yi-34b", "o", 7168, 7168, (12, 296, 3528, 5)),
+        ("yi-34b", "gate_up", 40960, 7168, (28, 292, 4564, 5)),
+        ("yi-34b", "down", 7168, 20480, (4, 416, 7972, 9458)),
+        # Qwen3-14B: hidden 5120, 40 q / 8 kv heads of 128, MLP 17408 (its o, 5120 x 5120, is Phi-3-medium's)
+        ("qwen3-14b", "qkv", 7168, 5120, (16, 504, 2144, 1815)),
+        ("qwen3-14b", "gate_up", 34816, 5120, (4, 268, 6872, 307)),
+        ("qwen3-14b", "down", 5120, 17408, (8, 220, 1028, 200)),
+        # GLM-4.5: hidden 5120, 96 q / 8 kv heads of 128, expert MLP 1536
+        ("glm-4.5", "qkv", 14336, 5120, (4, 184, 4048, 414)),
+        ("glm-4.5", "o", 5120, 12288, (48, 260, 7028, 22)),
+        ("glm-4.5", "expert_gate_up", 3072, 5120, (4, 132, 6944, 1317)),
+        ("glm-4.5", "expert_down", 5120, 1536, (4, 192, 10284, 2)),
+        # Command-A: hidden 12288, MLP 36864 (its attention weights are Mistral-Large-2's)
+        ("command-a", "gate_up", 73728, 12288, (32, 612, 1064, 54)),
+        ("command-a", "down", 12288, 36864, (112, 416, 1160, 1109)),
+    ],
+}
+
+
+def fresh_shapes(name: str) -> list[tuple[int, int, int]]:
+    """The (M, N, K) of a fresh set, weight by weight, in the order they were drawn and timed."""
+    return [(m, n, k) for _, _, n, k, ms in FRESH_SETS[name] for m in ms]
+
+
+# The synthetic tuning grid of the block-wise dispatch: decode and small M against long K, where its fit was
+# weakest. Tuning material only, never a judge: no fresh set may hold its weights.
+TUNE_GRID_M = (2, 8, 24, 48, 96)
+TUNE_GRID_NK = ((2048, 16384), (3072, 24576), (5120, 20480), (8192, 32768), (10240, 14336))

@@ -1,6 +1,6 @@
 // Standalone GPU self-test of the block-scaled kernels (csrc/sm90/blockwise/kernels/ and csrc/sm90/decode/bw_gemv_*.cu):
-// no torch, no Python.
-// Built and run by scripts/blockwise_selftest.sh; exits non-zero on any failure.
+// no torch, no Python. Built and run by blockwise_selftest.sh beside it (under pytest:
+// tests/test_blockwise_selftest.py); exits non-zero on any failure.
 //
 // For every registered kernel:
 //   1. accuracy: fresh random e4m3 operands and positive scales in torch's layouts (scale_a [M, K/128] with strides

@@ -19,7 +19,7 @@
 // price is one more accumulator fragment (main + 2 partials), so the warpgroup's share of a tile must stay at
 // 64 x 128 or below.
 //
-// The halves: in the binary of scripts/probe_blockwise_mainloop.cu, issuing all four of tile t+1's wgmmas before
+// The halves: in a standalone probe of this loop (docs/decisions.md), issuing all four of tile t+1's wgmmas before
 // the wait and the fold was slower than two, the fold, then two, by 2-7% (geomean over ten large problems, each of
 // four runs). How the loop is written matters as much as its wgmmas, waits and FFMAs: a loop with the same ones ran
 // 4-5% behind this one with three differences in its source (docs/decisions.md; which of them costs the time is not
@@ -27,7 +27,7 @@
 // registers (the stage index's wrap-around and the release barrier's address computed per thread), its first tile
 // went out as two commit groups, and its fold was fenced as a whole. Here the pipeline positions are held in one
 // object (overlap::Steps, overlap_k_loop.cuh), which ptxas keeps in uniform registers, the first tile is one commit
-// group, and the fold is fenced element by element; the loop compiles to the probe's il2_c2x1 byte for byte.
+// group, and the fold is fenced element by element; the loop compiles to the probe's fastest one byte for byte.
 // The results are bit-identical either way. The fold is what this kernel loses most to: without it the same loop
 // ran 1.5x as fast (docs/blockwise.md, "The fold is the gap").
 //

@@ -18,7 +18,7 @@ struct FitRow {
   const char* name;
   BlockwiseFit fit;
 };
-// kFits[] and the residual tables it points into, written by scripts/fit_blockwise_dispatch.py.
+// kFits[] and the residual tables it points into, written by tools/fit_blockwise_dispatch.py.
 #include "sm90/dispatch/blockwise_cost_coeffs.inc"
 
 // Defaults for a kernel without a fit, used only where no fitted kernel computes the call: for a tile kernel 8 us

@@ -36,7 +36,7 @@
 // predicted time, on the shapes torch computes (torch_blockwise_computes), where the caller says torch can take
 // the call as given (torch 2.11, torch's scale layouts, bf16 output, no bias: ops/torch_backstop.cpp) and the torch
 // backend is on.
-// scripts/fit_blockwise_dispatch.py fits them on the tuning part of the blockwise suite (DeepSeek-V3's layers,
+// tools/fit_blockwise_dispatch.py fits them on the tuning part of the blockwise suite (DeepSeek-V3's layers,
 // every kernel timed, every M) and on the rows of --shapes runs named as tuning material (docs/blockwise.md); the
 // zoo's held-out rows and a set of fresh shapes drawn before the fit judge them. Selections are memoized per problem.
 #pragma once
@@ -69,7 +69,7 @@ struct BlockwiseFit {
 };
 
 // Where the backstop is considered, and by what margin the best kernel's prediction must beat torch's for the
-// kernel to run (the time model's own error near a decision). Scored by scripts/fit_blockwise_dispatch.py on the
+// kernel to run (the time model's own error near a decision). Scored by tools/fit_blockwise_dispatch.py on the
 // tuning rows, one weight shape left out at a time (docs/blockwise.md has the scan): letting torch take calls at
 // M <= 64 lost there (on every tuning row at M <= 128 the fastest kernel beat torch, by 1.00-1.50x; torch's time
 // hardly moves with M at that size and its prediction ties with the kernels', so a small error hands it a call it
@@ -103,7 +103,7 @@ BlockwiseFit blockwise_fit(const BlockwiseKernelEntry& kernel);
 
 // The predicted time of `kernel` on the call, or a negative value where it does not compute it (another output
 // type, M above its max_m). `fits`, when given, replaces the compiled-in fits: one per kernel of
-// all_blockwise_kernels(), in its order (scripts/fit_blockwise_dispatch.py tries its own that way).
+// all_blockwise_kernels(), in its order (tools/fit_blockwise_dispatch.py tries its own that way).
 double blockwise_predicted_us(const BlockwiseKernelEntry& kernel, int64_t M, int64_t N, int64_t K, OutType out,
                               int sm_count, const BlockwiseFit* fit = nullptr);
 
@@ -114,7 +114,7 @@ BlockwiseFit torch_blockwise_fit();
 // Its predicted time on the call, or a negative value without a fit.
 double torch_blockwise_predicted_us(int64_t M, int64_t N, int64_t K, int sm_count, const BlockwiseFit* fit = nullptr);
 
-// Fits to try in place of the compiled-in ones (scripts/fit_blockwise_dispatch.py): one per kernel of
+// Fits to try in place of the compiled-in ones (tools/fit_blockwise_dispatch.py): one per kernel of
 // all_blockwise_kernels(), in its order (empty: the compiled-in ones), torch's, and the backstop's margin and lower
 // M bound (the time floor is kBlockwiseBackstopMinUs either way).
 struct BlockwiseTrial {

@@ -12,7 +12,7 @@ namespace {
 int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
 int64_t round_up(int64_t x, int64_t y) { return ceil_div(x, y) * y; }
 
-// Fitted by scripts/tune.py --fit from H200 measurements of the tuning shapes (bench/tuning/), never the
+// Fitted by tools/tune.py --fit from H200 measurements of the tuning shapes (bench/tuning/), never the
 // held-out ones. {name, c0, c1, c2, c3}; torch_rowwise_fast / torch_rowwise_precise model torch._scaled_mm.
 const CoefficientRow kFitted[] = {
 #include "sm90/dispatch/cost_model_coeffs.inc"

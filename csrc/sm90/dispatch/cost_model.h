@@ -21,7 +21,7 @@
 //         of CTAs touches of it, wave after wave (the raster and band of the walk decide that), and the output
 //         once; the decode kernels read the weight and the activations once
 //
-// with c0..c3 fitted per kernel on measured times of the tuning shapes (scripts/tune.py --fit writes
+// with c0..c3 fitted per kernel on measured times of the tuning shapes (tools/tune.py --fit writes
 // cost_model_coeffs.inc; bench/tuning/ keeps the measurements). A kernel without coefficients borrows its twin's
 // (the bf16 kernel of the same tile, manifest trait `twin`) or falls back to physical defaults (datasheet-level
 // rates), so that every build ranks every kernel. torch._scaled_mm's row-wise path is modelled the same way as a
@@ -61,7 +61,7 @@ struct Estimate {
 SchedulerOptions scheduler_options(const KernelTraits& t, const CostProblem& p);
 
 // The model's terms for one kernel with given scheduler options: F1..F3 of the formula above and the geometry
-// behind them (scripts/tune.py records them beside each measurement and fits c0..c3 on them).
+// behind them (tools/tune.py records them beside each measurement and fits c0..c3 on them).
 struct CostTerms {
   double f1 = 0, f2 = 0, f3 = 0;
   int64_t tiles_needed = 0, tiles_computed = 0, rounds = 0, kiters = 0;

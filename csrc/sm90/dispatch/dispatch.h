@@ -57,7 +57,7 @@ std::vector<RankedKernel> rank_kernels(const ProblemKey& key, int sm_count, bool
 // faster than torch._scaled_mm's row-wise path, else torch's (only where the caller says torch can take the call:
 // bf16 output, e4m3 operands, per-row and per-column scales, no bias; and only while the torch backend is on).
 // The margin covers the model's own error: in leave-one-weight-out on the tuning shapes its pick is 3-8% slower
-// than the fastest measured kernel (geomean). Scored there (scripts/tune.py --fit --report, "backstop"), a 6%
+// than the fastest measured kernel (geomean). Scored there (tools/tune.py --fit --report, "backstop"), a 6%
 // advantage gave the fewest calls below 0.97x of torch without lowering the geomeans; handing torch only the calls
 // where it is predicted faster left two to three times as many below 0.97x.
 constexpr double kKernelAdvantage = 0.06;

@@ -22,15 +22,15 @@ Every suite prints a summary and, with --json, writes one record: the header of 
 torch, CUDA, date, suite, host, and the settings such as FP8EXT_PDL when set), then its method, summary and rows. A suite is a function registered with
 @register_suite (registry.py), one module each under suites/.
 """
-from .common import (FP8_DENSE_TFLOPS, HBM_TBPS, INDUCTOR_SHAPES, LLAMA_M, LLAMA_NK, QUICK, geomean, git_commit,
-                     make_operands, parse_shapes, run_record, suite_record, suite_shapes, tflops, weight_gbps)
+from .common import (FP8_DENSE_TFLOPS, HBM_TBPS, INDUCTOR_SHAPES, QUICK, geomean, git_commit, make_operands,
+                     parse_shapes, run_record, suite_record, suite_shapes, tflops, weight_gbps)
 from .registry import SUITES, Suite, register_suite
-from .timing import Timer, _median
+from .timing import Timer
 from .cli import cpu_demo, main
 from .suites.peers import plot, print_table, run_gpu, summarize
 from .suites.zoo import plot_zoo, print_zoo_table, run_zoo, summarize_zoo
 
-__all__ = ["FP8_DENSE_TFLOPS", "HBM_TBPS", "INDUCTOR_SHAPES", "LLAMA_M", "LLAMA_NK", "QUICK", "SUITES", "Suite",
+__all__ = ["FP8_DENSE_TFLOPS", "HBM_TBPS", "INDUCTOR_SHAPES", "QUICK", "SUITES", "Suite",
            "Timer", "cpu_demo", "geomean", "git_commit", "main", "make_operands", "parse_shapes", "plot", "plot_zoo",
            "print_table", "print_zoo_table", "register_suite", "run_gpu", "run_record", "run_zoo", "suite_record",
            "suite_shapes", "summarize", "summarize_zoo", "tflops", "weight_gbps"]

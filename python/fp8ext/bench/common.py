@@ -17,12 +17,10 @@ from .. import ops
 from ..nn import Float8Linear
 from ..testing import quantize_rowwise as testing_quantize_rowwise
 from ..testing import random_operands, random_scales
+from ..zoo import LLAMA_M, LLAMA_NK
 
 E4M3 = torch.float8_e4m3fn
 
-LLAMA_NK = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (10240, 8192), (8192, 8192),
-            (57344, 8192), (8192, 28672), (18432, 16384), (16384, 16384), (106496, 16384), (16384, 53248)]
-LLAMA_M = [1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 QUICK = [(1, 8192, 8192), (16, 4096, 4096), (64, 28672, 4096), (128, 6144, 4096), (1024, 4096, 14336),
          (4096, 8192, 8192), (8192, 8192, 8192)]
 # The 7 shapes of the torch.compile baseline, measured on the H200 before fp8ext's first kernel.
@@ -227,12 +225,12 @@ def ratio(num, den) -> Optional[float]:
 
 
 def timed_or_failed(timer, fns: dict[str, Callable[[], object]], rounds: int) -> dict:
-    """timer.interleaved() of the fns that run, in us; the failure string in place of each fn that raises."""
+    """timer.interleaved() of the fns that run, in the timer's unit; the failure string in place of each fn that
+    raises, whether on its first call or in one of its timed turns (the others go on)."""
     ok, errors = split_failures(fns)
-    try:
-        times = timer.interleaved(ok, rounds) if ok else {}
-    except Exception as e:  # noqa: BLE001
-        times = {n: failure(e) for n in ok}
+    failed: dict[str, BaseException] = {}
+    times = timer.interleaved(ok, rounds, failed=failed) if ok else {}
+    errors.update({n: failure(e) for n, e in failed.items()})
     return {n: times.get(n, errors.get(n)) for n in fns}
 
 

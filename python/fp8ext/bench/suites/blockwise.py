@@ -11,18 +11,11 @@ import torch
 
 from ... import ops
 from ...testing import check_against_reference, random_blockwise_operands, random_scales
+from ...zoo import DEEPSEEK_M, DEEPSEEK_V3, zoo_rows
 from ..common import geomean, parse_shapes, print_rows, ratio, timed_or_failed
 from ..registry import register_suite
 from ..timing import TIMER_METHOD, Timer, progress as progress_bar
 
-# DeepSeek-V3 (hidden 7168, MLA with q_lora 1536 / kv_lora 512, 128 heads; dense MLP 18432, experts 2048):
-# (name, N, K) of each weight as a GEMM out = x [M, K] @ w.t().
-DEEPSEEK_V3 = [("q_a_proj", 1536, 7168), ("q_b_proj", 24576, 1536), ("kv_a_proj_with_mqa", 576, 7168),
-               ("kv_b_proj", 32768, 512), ("o_proj", 7168, 16384), ("dense_gate_up", 36864, 7168),
-               ("dense_down", 7168, 18432), ("expert_gate_up", 4096, 7168), ("expert_down", 7168, 2048)]
-# M = 4 and 32 are the decode kernels' largest (bw_gemv_m4_*, bw_gemv_tc_*): their fits must see both ends of
-# the range they compute.
-DEEPSEEK_M = [1, 4, 16, 32, 64, 128, 512, 1024, 4096, 16384]
 GROUPS = (("M<=128", lambda m: m <= 128), ("128<M<1024", lambda m: 128 < m < 1024), ("M>=1024", lambda m: m >= 1024))
 
 
@@ -34,8 +27,6 @@ def blockwise_rows(split: str | None, shapes: str | None = None) -> list[dict]:
         rows += [{"M": m, "N": n, "K": k, "weight": f"deepseek-v3.{name}", "split": "tune"}
                  for name, n, k in DEEPSEEK_V3 for m in DEEPSEEK_M]
     if split in (None, "heldout"):
-        from ...zoo import zoo_rows
-
         # A held-out weight shape that is also one of DeepSeek-V3's (the zoo has other models' q_a_proj, 1536 x
         # 7168) was seen by the fit: it is left out, so that the held-out part holds only unseen shapes.
         tuned = {(n, k) for _, n, k in DEEPSEEK_V3}

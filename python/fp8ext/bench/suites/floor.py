@@ -15,7 +15,7 @@ import torch
 
 from ... import ops
 from ...testing import random_operands
-from ..common import LLAMA_NK
+from ...zoo import LLAMA_NK
 from ..registry import register_suite
 from ..timing import TIMER_METHOD, Timer
 

@@ -9,14 +9,13 @@ import torch
 from torch import nn
 
 from ...nn import Float8Linear
+from ...zoo import LLAMA3_LAYERS
 from ..common import TorchRowwiseLinear, acceptance, geomean, guarded, ratio, rel_err, timed_or_failed
 from ..registry import register_suite
 from ..timing import TIMER_METHOD, Timer
 
-# (in_features, out_features) of one decoder layer's projections: qkv, o, gate_up (fused), down.
-LAYERS = {"8b": [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096)],
-          "70b": [(8192, 10240), (8192, 8192), (8192, 57344), (28672, 8192)]}
-LAYER_NAMES = ("qkv", "o", "gate_up", "down")
+# (in_features, out_features) of one decoder layer's projections, by name: qkv, o, gate_up (fused), down.
+LAYERS = {model: {name: (k, n) for name, (n, k) in LLAMA3_LAYERS[model].items()} for model in ("8b", "70b")}
 MS = (1, 4, 16, 128, 2048, 4096, 8192)
 PREFILL_M, DECODE_M = 2048, 16  # summary groups: M >= PREFILL_M, M <= DECODE_M
 ACCEPT_PREFILL, ACCEPT_DECODE_70B = 1.3, 1.6  # acceptance: geomean bf16 time / fp8ext time
@@ -89,8 +88,8 @@ def measure_layer(timer: Timer, model: str, layer: str, K: int, N: int, rounds: 
 def linear(args) -> dict:
     timer = Timer(rep_ms=args.rep_ms)
     rows = []
-    for model, shapes in LAYERS.items():
-        for layer, (K, N) in zip(LAYER_NAMES, shapes):
+    for model, layers in LAYERS.items():
+        for layer, (K, N) in layers.items():
             rows += guarded_rows(lambda: measure_layer(timer, model, layer, K, N, args.rounds),
                                  {"model": model, "layer": layer, "K": K, "N": N})
             torch.cuda.empty_cache()

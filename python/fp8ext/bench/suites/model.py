@@ -1,29 +1,15 @@
 """model: end to end, a Llama decoder stack in bf16, converted with fp8ext.convert, with torch's own row-wise FP8
-and with torchao's row-wise FP8.
-
-The model is transformers' LlamaForCausalLM with random bf16 weights and Llama-3 layer shapes (8B: hidden 4096,
-intermediate 14336, 32 heads, 8 KV heads; 70B: 8192, 28672, 64, 8), --layers decoder layers (default 2) and the
-full vocabulary. Variants of the same weights:
-
-    bf16           the model as built
-    fp8ext         fp8ext.convert(model): every Linear but lm_head a Float8Linear (quantize_rowwise + scaled_mm)
-    fp8ext_fused   fp8ext.convert(model, fuse_siblings=True): the same, with q/k/v and gate/up each run as one
-                   quantize and one GEMM over their concatenated weights (fp8ext.nn.FusedSiblings); --no-fused
-                   leaves it out
-    torch_rowwise  fp8ext's FP8 weights and scales, the activation quantized per token in plain torch ops and the
-                   GEMM by torch._scaled_mm row-wise (TorchRowwiseLinear): the peer fp8ext replaces
-    torchao        torchao.quantization.quantize_(Float8DynamicActivationFloat8WeightConfig(granularity=PerRow()))
-                   on a copy of the bf16 model, lm_head left in bf16 as fp8ext.convert leaves it (only where
-                   torchao imports; why it is missing is recorded)
+and with torchao's row-wise FP8 (the models and their variants: fp8ext.bench.llama_models; --layers decoder layers,
+default 2; --no-fused leaves fp8ext_fused out, --no-torchao torchao).
 
 Measured per config: prefill (batch x seq 1x2048 and 8x512, the last token's logits) and decode (one new token
 per sequence, batch 1, 8 and 64, against a static KV cache of --ctx tokens; eager and replayed as a CUDA graph):
-ms per forward (median of CUDA-event timings, --iters forwards split over --rounds interleaved turns), tokens/s
-(prefill batch * seq / time, decode batch / time per step), each variant's speed-up over bf16 and fp8ext's over
-torch_rowwise and torchao; against bf16, the largest per-token relative L2 error of the final hidden states and the
-logits, and top-1 agreement (the fraction of positions whose argmax equals bf16's) over 512 prefill positions (the
-last 512 // batch positions of each sequence) and over the batch's decode positions. A failure of one variant or
-one measurement is recorded as a "failed: ..." string in its place.
+ms per forward (median of CUDA-event timings, --iters forwards split over --rounds interleaved turns: Timer.forwards
+of fp8ext.bench.timing), tokens/s (prefill batch * seq / time, decode batch / time per step), each variant's
+speed-up over bf16 and fp8ext's over torch_rowwise and torchao; against bf16, the largest per-token relative L2
+error of the final hidden states and the logits, and top-1 agreement (the fraction of positions whose argmax
+equals bf16's) over 512 prefill positions (the last 512 // batch positions of each sequence) and over the batch's
+decode positions. A failure of one variant or one measurement is recorded as a "failed: ..." string in its place.
 
 Decode is also timed for linears_omitted: the converted model with each Float8Linear replaced by a layer that only
 allocates its output. It is everything FP8 does not change (norms, RoPE, attention, the KV cache, the bf16
@@ -31,10 +17,8 @@ lm_head), so bf16's time over it is the ceiling of any FP8 linear layer on this 
 (the summary's "ceiling" entries; no accuracy, its outputs are garbage).
 
 --attention picks transformers' attention for every variant alike: "sdpa" (transformers' own, the default) or
-"sdpa_packed_gqa" (sdpa_packed_gqa below: at decode, each KV head's query heads are packed as its query rows, so
-attention reads the KV cache once instead of a repeat_kv copy of it; transformers packs this way itself in eager
-mode but not under torch.compile, where its sdpa path materializes repeat_kv). Only the attention differs; the
-linear layers, and so what FP8 changes, are the same.
+"sdpa_packed_gqa" (decode attention that reads each KV head once, where transformers' sdpa under torch.compile
+materializes repeat_kv). Only the attention differs; the linear layers, and so what FP8 changes, are the same.
 
 With --compile, the variants of --compile-variants are also timed under torch.compile (inductor, one graph per
 shape): prefill ("compiled") and the decode step replayed as a CUDA graph ("compiled_graph"). Eager HF Llama runs
@@ -43,154 +27,24 @@ inductor they fuse, which is how serving stacks run the model, and the GEMMs' sh
 """
 from __future__ import annotations
 
-import copy
 import gc
-import math
-import statistics
 from typing import Callable, Optional
 
 import torch
-from torch import nn
 
-from ...nn import Float8Linear, convert
-from ..common import TorchRowwiseLinear, failure, geomean, guarded, pyplot, ratio, rel_err, split_failures
+from .. import llama_models
+from ..common import geomean, guarded, pyplot, ratio, rel_err, timed_or_failed
+from ..llama_models import ATTENTION, CONFIGS, LLAMA3_VOCAB, VARIANTS
 from ..registry import register_suite
+from ..timing import Timer
 
-CONFIGS = {
-    "8b": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8),
-    "70b": dict(hidden_size=8192, intermediate_size=28672, num_attention_heads=64, num_key_value_heads=8),
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2),  # tests
-}
-LLAMA3_VOCAB = 128256
 PREFILL = [(1, 2048), (8, 512)]
 DECODE_BATCHES = [1, 8, 64]
 TOP1_POSITIONS = 512
-VARIANTS = ("bf16", "fp8ext", "fp8ext_fused", "torch_rowwise", "torchao")
 FP8EXT_VARIANTS = ("fp8ext", "fp8ext_fused")  # the summary's fp8ext/bf16 lines
 # Decode only: the converted model with its FP8 layers omitted (linears_omitted), timed beside the variants; its
 # speed-up over bf16 is the ceiling of any FP8 linear layer on this model.
 CEILING = "linears_omitted"
-
-
-def _transformers():
-    try:
-        import transformers
-    except ImportError as e:
-        raise ImportError(f"the model suite needs transformers ({e}); pip install transformers") from e
-    return transformers
-
-
-ATTENTION = ("sdpa", "sdpa_packed_gqa")
-
-
-def sdpa_packed_gqa(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                    attention_mask: Optional[torch.Tensor], dropout: float = 0.0, scaling: Optional[float] = None,
-                    is_causal: Optional[bool] = None, **kwargs):
-    """transformers' sdpa attention, except for one query token against grouped KV heads (decode): query
-    [b, heads, 1, d] is viewed as [b, kv_heads, heads // kv_heads, d], each KV head's query heads as its query rows,
-    so scaled_dot_product_attention reads each KV head once. repeat_kv's order is kept (query head h uses KV head
-    h // groups), and a mask shared by the heads ([b, 1, 1, L]) broadcasts over the rows. Anything else (prefill,
-    a mask per head, a position bias) goes to transformers' sdpa_attention_forward unchanged."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    groups = getattr(module, "num_key_value_groups", 1)
-    shared_mask = attention_mask is None or attention_mask.shape[1] == 1
-    if groups == 1 or query.shape[2] != 1 or not shared_mask or kwargs.get("position_bias") is not None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      is_causal=is_causal, **kwargs)
-    b, heads, _, d = query.shape
-    out = torch.nn.functional.scaled_dot_product_attention(query.reshape(b, heads // groups, groups, d), key, value,
-                                                           attn_mask=attention_mask, dropout_p=dropout, scale=scaling)
-    return out.reshape(b, heads, 1, value.shape[-1]).transpose(1, 2).contiguous(), None
-
-
-def _register_attention(tf) -> None:
-    """sdpa_packed_gqa as a transformers attention implementation, with the masks transformers makes for sdpa."""
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-
-    tf.AttentionInterface.register("sdpa_packed_gqa", sdpa_packed_gqa)
-    ALL_MASK_ATTENTION_FUNCTIONS.register("sdpa_packed_gqa", sdpa_mask)
-
-
-def build_model(config: str, layers: int, vocab: int, device, seed: int = 0, attention: str = "sdpa") -> nn.Module:
-    """LlamaForCausalLM with `config`'s layer shapes, random bf16 weights initialised on `device` (the same for
-    every `attention`, one of ATTENTION)."""
-    if attention not in ATTENTION:
-        raise ValueError(f"attention: expected one of {ATTENTION}, got {attention!r}")
-    tf = _transformers()
-    if attention == "sdpa_packed_gqa":
-        _register_attention(tf)
-    cfg = tf.LlamaConfig(**CONFIGS[config], num_hidden_layers=layers, vocab_size=vocab,
-                         max_position_embeddings=8192, rope_theta=500000.0, attn_implementation=attention)
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = tf.LlamaForCausalLM(cfg)
-    return model.to(torch.bfloat16).eval()
-
-
-def torchao_variant(model: nn.Module) -> nn.Module:
-    """torchao's dynamic row-wise FP8 (activation per token, weight per output row) on a copy of `model`; every
-    Linear but lm_head, the layers fp8ext.convert swaps. Raises what torchao raises (ImportError without it)."""
-    from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerRow, quantize_
-
-    peer = copy.deepcopy(model)
-    quantize_(peer, Float8DynamicActivationFloat8WeightConfig(granularity=PerRow()),
-              filter_fn=lambda m, fqn: isinstance(m, nn.Linear) and not fqn.split(".")[-1].endswith("lm_head"))
-    return peer
-
-
-def variants(model: nn.Module, torchao: bool = True,
-             fused: bool = True) -> tuple[dict[str, nn.Module], dict, dict[str, str]]:
-    """The models of the same weights by name (VARIANTS, those that could be built), fp8ext.convert's report as a
-    dict, and {name: why} for the variants that could not be built."""
-    fp8 = copy.deepcopy(model)
-    report = convert(fp8)
-    peer = copy.deepcopy(fp8)
-    for name, module in list(peer.named_modules()):
-        if isinstance(module, Float8Linear):
-            parent, _, child = name.rpartition(".")
-            setattr(peer.get_submodule(parent), child, TorchRowwiseLinear(module))
-    models = {"bf16": model, "fp8ext": fp8}
-    errors = {}
-    if fused:
-        models["fp8ext_fused"] = copy.deepcopy(model)
-        fused_groups = len(convert(models["fp8ext_fused"], fuse_siblings=True).fused)
-    else:
-        errors["fp8ext_fused"] = "not requested (--no-fused)"
-    models["torch_rowwise"] = peer
-    if torchao:
-        built = guarded(lambda: torchao_variant(model))
-        if isinstance(built, str):
-            errors["torchao"] = built
-        else:
-            models["torchao"] = built
-    else:
-        errors["torchao"] = "not requested (--no-torchao)"
-    converted = {"swapped": len(report.swapped), "skipped": [list(s) for s in report.skipped]}
-    if fused:
-        converted["fused_groups"] = fused_groups
-    return models, converted, errors
-
-
-class _Omitted(nn.Module):
-    """A swapped layer that costs nothing: its output is uninitialised memory of the right shape. Only for timing
-    the rest of the model (CEILING): the values are garbage, and no kernel's time here depends on them."""
-
-    def __init__(self, out_features: int):
-        super().__init__()
-        self.out_features = out_features
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.new_empty(*x.shape[:-1], self.out_features)
-
-
-def linears_omitted(fp8: nn.Module) -> nn.Module:
-    """A copy of the converted model with every Float8Linear replaced by _Omitted: its decode step is the time of
-    everything fp8ext does not change (norms, RoPE, attention, the KV cache, the bf16 lm_head). bf16's time over
-    it is the most any FP8 linear layer could give this model end to end. The memo keeps deepcopy from copying the
-    FP8 weights."""
-    memo = {id(m): _Omitted(m.out_features) for m in fp8.modules() if isinstance(m, Float8Linear)}
-    return copy.deepcopy(fp8, memo)
 
 
 def top1_agreement(logits: torch.Tensor, ref: torch.Tensor) -> float:
@@ -224,97 +78,11 @@ def timing_entry(ms: dict, tokens: int) -> dict:
     return {"ms": ms, "tokens_per_s": {n: tokens_per_s(tokens, t) for n, t in ms.items()}, "speedup": speedups(ms)}
 
 
-def _event_ms(fn: Callable[[], object]) -> float:
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    stop.record()
-    stop.synchronize()
-    return start.elapsed_time(stop)
-
-
-def time_ms(fns: dict[str, Callable[[], object]], iters: int = 20, rounds: int = 2, warmup: int = 2,
-            clock: Optional[Callable[[Callable[[], object]], float]] = None) -> dict:
-    """Median ms per call of each fn by CUDA events, its `iters` calls split over `rounds` turns in an order rotated
-    each turn (a clock wandering under the power cap lands on every variant alike); a fn that raises gets its
-    failure string instead."""
-    clock = clock or _event_ms
-    ok, out = split_failures(fns)
-    for name, fn in ok.items():
-        for _ in range(max(0, warmup - 1)):  # split_failures made the first call
-            fn()
-    names = list(ok)
-    per_turn = max(1, math.ceil(iters / rounds))
-    samples: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds if names else 0):
-        for name in names[r % len(names):] + names[: r % len(names)]:
-            if name in out:
-                continue
-            try:
-                samples[name] += [clock(ok[name]) for _ in range(per_turn)]
-            except Exception as e:  # noqa: BLE001
-                out[name] = failure(e)
-    for name in names:
-        out.setdefault(name, statistics.median(samples[name]))
-    return {name: out[name] for name in fns}
-
-
-def prefill(model: nn.Module, ids: torch.Tensor, keep: int = 1, hidden: bool = False):
-    return model(ids, use_cache=False, logits_to_keep=keep, output_hidden_states=hidden)
-
-
-def decode_step(model: nn.Module, batch: int, ctx: int, vocab: int, device,
-                step_model: Optional[Callable] = None) -> Callable[[], torch.Tensor]:
-    """One decode step: `batch` new tokens at position `ctx` of a static KV cache prefilled with `ctx` tokens. The
-    step always writes the same cache slot, so it can be repeated and captured as a CUDA graph. `step_model` (the
-    model under torch.compile, say) runs the step; `model` itself prefills the cache."""
-    step_model = model if step_model is None else step_model
-    tf = _transformers()
-    gen = torch.Generator(device="cpu").manual_seed(1)
-    cache = tf.StaticCache(config=model.config, max_cache_len=ctx + 1)
-    context = torch.randint(0, vocab, (batch, ctx), generator=gen).to(device)
-    model(context, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    ids = torch.randint(0, vocab, (batch, 1), generator=gen).to(device)
-    pos = torch.full((1,), ctx, dtype=torch.long, device=device)
-    position_ids = pos.expand(batch, 1)
-    # Newer transformers ignore cache_position and write where each layer's cumulative_length points, advancing
-    # it on every call: it is set back to ctx first (an in-place fill, so a CUDA graph replays it too).
-    counters = [layer for layer in getattr(cache, "layers", []) if hasattr(layer, "cumulative_length")]
-
-    def step():
-        for layer in counters:
-            if isinstance(layer.cumulative_length, torch.Tensor):
-                layer.cumulative_length.fill_(ctx)
-            else:
-                layer.cumulative_length = ctx
-        return step_model(ids, past_key_values=cache, cache_position=pos, position_ids=position_ids,
-                          use_cache=True).logits
-
-    return step
-
-
-def compile_model(model: nn.Module) -> Callable:
-    """The model under torch.compile (inductor, default mode), specialised to each shape it sees (dynamic=False):
-    every prefill shape and decode batch is its own graph."""
-    return torch.compile(model, dynamic=False)
-
-
-def cuda_graph(fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn()
-
-    def replay():
-        graph.replay()
-        return out
-
-    return replay
+def time_ms(fns: dict[str, Callable[[], object]], iters: int, rounds: int) -> dict:
+    """Median ms per forward of each fn (Timer.forwards: `iters` synchronized calls between CUDA events, split over
+    `rounds` interleaved turns); a fn that raises gets its failure string instead."""
+    times = timed_or_failed(Timer.forwards(iters), fns, rounds)
+    return {n: t / 1e3 if isinstance(t, float) else t for n, t in times.items()}
 
 
 def accuracy(outputs: dict, ref, metrics: Callable[[object, object], dict]) -> tuple[dict, dict]:
@@ -332,7 +100,7 @@ def _prefill_row(models, batch, seq, vocab, device, timed, compiled, iters, roun
     ids = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(seq)).to(device)
     keep = max(1, min(seq, TOP1_POSITIONS // batch))
     row = {"batch": batch, "seq": seq, "tokens": batch * seq, "top1_positions": batch * keep}
-    run = lambda m: prefill(m, ids, keep, hidden=True)  # noqa: E731
+    run = lambda m: llama_models.prefill(m, ids, keep, hidden=True)  # noqa: E731
     ref = guarded(lambda: run(models["bf16"]))
     if isinstance(ref, str):
         row["rel_err"] = row["top1_agreement"] = {"bf16": ref}
@@ -349,18 +117,18 @@ def _prefill_row(models, batch, seq, vocab, device, timed, compiled, iters, roun
                 row["top1_agreement"].update(t)
         del ref
     if timed:
-        row["eager"] = timing_entry(time_ms({n: lambda m=m: prefill(m, ids) for n, m in models.items()},
-                                            iters, rounds), batch * seq)
+        forwards = {n: lambda m=m: llama_models.prefill(m, ids) for n, m in models.items()}
+        row["eager"] = timing_entry(time_ms(forwards, iters, rounds), batch * seq)
         if compiled:
-            row["compiled"] = timing_entry(time_ms({n: lambda f=f: prefill(f, ids) for n, f in compiled.items()},
-                                                   iters, rounds), batch * seq)
+            forwards = {n: lambda f=f: llama_models.prefill(f, ids) for n, f in compiled.items()}
+            row["compiled"] = timing_entry(time_ms(forwards, iters, rounds), batch * seq)
     return row
 
 
 def _graphs(steps: dict) -> tuple[dict, dict]:
     """Each step captured as a CUDA graph: ({name: replay} of those captured, {name: failure} of the rest, the
     failures of the steps themselves included)."""
-    graphs = {n: s if isinstance(s, str) else guarded(lambda s=s: cuda_graph(s)) for n, s in steps.items()}
+    graphs = {n: s if isinstance(s, str) else guarded(lambda s=s: llama_models.cuda_graph(s)) for n, s in steps.items()}
     return ({n: g for n, g in graphs.items() if not isinstance(g, str)},
             {n: g for n, g in graphs.items() if isinstance(g, str)})
 
@@ -369,10 +137,11 @@ def _decode_row(models, batch, ctx, vocab, device, timed, iters, rounds, compile
     """`compiled`: {variant: the model under torch.compile}, whose decode step is also timed as a CUDA graph
     ("compiled_graph": inductor fuses the layers' small kernels, the graph removes the launches). `ceiling`: the
     linears_omitted model, timed beside the variants as CEILING (no accuracy: its outputs are garbage)."""
-    steps = {name: guarded(lambda m=m: decode_step(m, batch, ctx, vocab, device)) for name, m in models.items()}
+    steps = {name: guarded(lambda m=m: llama_models.decode_step(m, batch, ctx, vocab, device))
+             for name, m in models.items()}
     logits = {name: s if isinstance(s, str) else guarded(s) for name, s in steps.items()}
     if ceiling is not None and timed:
-        steps[CEILING] = guarded(lambda: decode_step(ceiling, batch, ctx, vocab, device))
+        steps[CEILING] = guarded(lambda: llama_models.decode_step(ceiling, batch, ctx, vocab, device))
     row = {"batch": batch, "ctx": ctx, "tokens": batch}
     ref = logits.pop("bf16")
     if isinstance(ref, str):
@@ -389,7 +158,8 @@ def _decode_row(models, batch, ctx, vocab, device, timed, iters, rounds, compile
         row["graph"] = timing_entry({**not_captured, **time_ms(ok, iters, rounds)}, batch)
         del ok
         if compiled:
-            csteps = {n: guarded(lambda n=n, f=f: decode_step(models[n], batch, ctx, vocab, device, step_model=f))
+            csteps = {n: guarded(lambda n=n, f=f: llama_models.decode_step(models[n], batch, ctx, vocab, device,
+                                                                            step_model=f))
                       for n, f in compiled.items()}
             ok, not_captured = _graphs(csteps)
             row["compiled_graph"] = timing_entry({**not_captured, **time_ms(ok, iters, rounds)}, batch)
@@ -406,13 +176,13 @@ def compare(config: str = "8b", layers: int = 2, vocab: int = LLAMA3_VOCAB, devi
     prefill shape and decode batch is guarded: its failure is recorded in its row's place. With `compiled`, the
     variants in `compile_variants` (default: all) are also timed under torch.compile: prefill, and the decode step
     replayed as a CUDA graph."""
-    model = build_model(config, layers, vocab, device, attention=attention)
-    models, report, variant_errors = variants(model, torchao, fused)
+    model = llama_models.build_model(config, layers, vocab, device, attention=attention)
+    models, report, variant_errors = llama_models.variants(model, torchao, fused)
     under_compile = {}
     if compiled and timed:
         names = [n for n in models if compile_variants is None or n in compile_variants]
-        under_compile = {n: compile_model(models[n]) for n in names}
-    ceiling = linears_omitted(models["fp8ext"]) if timed and "fp8ext" in models else None
+        under_compile = {n: llama_models.compile_model(models[n]) for n in names}
+    ceiling = llama_models.linears_omitted(models["fp8ext"]) if timed and "fp8ext" in models else None
     # The conversions left the replaced bf16 layers in the allocator's cache; every row after the first starts
     # after _free, so the first does too.
     _free(device)

@@ -7,6 +7,7 @@ from typing import Iterable
 import torch
 
 from ... import ops
+from ...zoo import zoo_rows
 from ..common import backends, geomean, make_operands, print_rows, pyplot
 from ..registry import register_suite
 from ..timing import Timer, progress as progress_bar
@@ -133,8 +134,6 @@ def plot_zoo(rows: list[dict], path: str) -> bool:
 @register_suite("zoo", help="other models' weights and odd M, tuning and held-out parts (--split)", cpu_demo=True,
                 plot=plot_zoo, summary_title=SPEEDUP_TITLE, takes=("split",))
 def zoo(args) -> dict:
-    from ...zoo import zoo_rows
-
     rows = run_zoo(zoo_rows(args.split), accums(args), Timer(rep_ms=args.rep_ms), check=not args.no_check,
                    progress=not args.quiet, rounds=args.rounds)
     print_zoo_table(rows)
