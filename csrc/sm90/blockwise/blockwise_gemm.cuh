@@ -77,9 +77,9 @@ struct BlockwiseConfig : TileAndCluster<TileM, TileN, TileK, ClusterM, ClusterN>
   // One scale group per K tile: the collective's promotion interval is then exactly one K tile (4 wgmma k-blocks
   // of 32), and its scale loads need no K predicate.
   static_assert(TileK == kBlockwiseGroupK, "TileK must equal the scale group along K");
-  // CUTLASS's blockwise mma() releases a stage from one thread of each warpgroup in a cluster, unordered with the
-  // other threads' scale loads from it (overlap_k_loop.cuh, "Releasing a stage in a cluster"): only the overlapped
-  // mainloop orders them.
+  // In a cluster CUTLASS's pipeline counts one release a warpgroup, which does not cover the other threads' scale
+  // loads from the stage (common/stage_reading_pipeline.cuh): only the overlapped mainloop, on StageReadingPipeline,
+  // counts every thread's.
   static_assert(Overlap || ClusterM * ClusterN == 1, "a cluster kernel needs the overlapped mainloop");
 
   static constexpr BlockwiseTraits traits() {

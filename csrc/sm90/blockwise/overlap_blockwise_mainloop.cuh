@@ -33,11 +33,11 @@
 //
 // Only mma() is replaced. The loads (TMA operands, cp.async scales), shared storage, parameters and mma_tail()
 // are CUTLASS's (Base), and the contract with the kernel is the same: mma() leaves the last K tile's stage
-// unreleased and mma_tail() releases it. A stage's scales are read from shared memory before the stage is
-// released, so the producer cannot overwrite them under the read; in a cluster the warpgroup meets at a barrier
-// before each release, since there only one of its threads arrives for it (overlap_k_loop.cuh, "Releasing a stage
-// in a cluster"). CUTLASS's own blockwise mma() has no such barrier, so cluster kernels must use this one
-// (blockwise_gemm.cuh asserts it).
+// unreleased and mma_tail() releases it. Each thread reads a stage's scales from shared memory before it releases
+// the stage, so the producer cannot overwrite them under the read. In a cluster that needs every thread's release
+// counted, which CUTLASS's pipeline does not (it counts one thread a warpgroup there): these kernels then run on
+// StageReadingPipeline (common/stage_reading_pipeline.cuh), and CUTLASS's own blockwise mma(), which keeps
+// CUTLASS's pipeline, is not used in a cluster (blockwise_gemm.cuh asserts it).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -134,7 +134,7 @@ CUTLASS_DEVICE auto make_stage_scales(typename Collective::TensorStorage& shared
 
 // make<Collective>() of OverlappedMainloop: the stage scales of CUTLASS's blockwise collective.
 struct BlockScales {
-  static constexpr bool kReadsStage = true;  // the scales, with ordinary shared-memory loads
+  static constexpr bool kReadsStage = true;  // the scales, with ordinary shared-memory loads (OverlappedMainloop)
   template <class Collective>
   CUTLASS_DEVICE static auto make(typename Collective::TensorStorage& shared_tensors, int thread_idx) {
     static_assert(Collective::ScalePromotionInterval == 4 &&

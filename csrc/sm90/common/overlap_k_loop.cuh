@@ -7,31 +7,14 @@
 //
 // The contract with CUTLASS's kernel is that of its FP8 collectives: the loop leaves the last K tile's
 // shared-memory stage unreleased, and the collective's mma_tail() releases it.
-//
-// Releasing a stage in a cluster. A consumer warpgroup hands a stage back through CUTLASS's PipelineTmaAsync. With
-// one CTA every consumer thread arrives on the stage's empty barrier. In a cluster, the pipeline spreads the
-// arrivals (detail::spread_arrivals_to_warpgroup): one thread of the warpgroup arrives for each CTA that
-// multicasts into the stage, and the other 127 arrive nowhere. That is enough for the operands, which only the
-// warpgroup's wgmmas read (collectively, complete once the arriving thread's warpgroup_wait returns), but not for
-// what the threads read from the stage themselves with ordinary loads: the block-wise fold's scales. Nothing would
-// order the other threads' scale loads before the producer's cp.async that refills the stage, which is a data race
-// (compute-sanitizer's racecheck reports it, and it is one under the PTX memory model even where the timing makes
-// it unlikely). So when the Promotion reads the stage and the cluster has more than one CTA, the warpgroup meets at
-// a named barrier before the release: bar.sync makes every thread's loads performed before the arriving thread's
-// release, whose arrive-then-wait with the producer orders them before the refill.
 #pragma once
 
 #include <cute/tensor.hpp>
-#include <cutlass/arch/barrier.h>
 #include <cutlass/cutlass.h>
 
-namespace fp8ext::sm90::overlap {
+#include "sm90/common/stage_reading_pipeline.cuh"
 
-// The barrier of the file comment, one per consumer warpgroup (user ids of CUTLASS's NamedBarrier, above the ids
-// its kernels reserve; a warpgroup's index is 1 or 2 in the warp-specialized kernels, 0 being the producer's).
-CUTLASS_DEVICE void sync_warpgroup() {
-  cutlass::arch::NamedBarrier::sync(cutlass::NumThreadsPerWarpGroup, cutlass::canonical_warp_group_idx());
-}
+namespace fp8ext::sm90::overlap {
 
 // This warpgroup's wgmma descriptors for A and B over every pipeline stage: (MMA, MMA_M|N, MMA_K, PIPE).
 template <class TiledMma, class SmemLayoutA, class SmemLayoutB, class TensorStorage>
@@ -93,9 +76,9 @@ CUTLASS_DEVICE void two_tile_loop(int k_tile_count, Part& part0, Part& part1, Fi
 // Held in one object, the pipeline positions stay in uniform registers. Captured by the loop's lambdas as locals,
 // ptxas kept them in vector registers (the stage index's wrap-around and the release barrier's address computed
 // per thread, every tile), and the block-wise loop written that way ran 4-5% slower
-// (overlap_blockwise_mainloop.cuh). kOrderedRelease: the warpgroup meets before each release (file comment).
+// (overlap_blockwise_mainloop.cuh).
 template <class Pipeline, class PipelineState, class TiledMma, class FragA, class FragB, class Promotion,
-          class Accum, bool kOrderedRelease>
+          class Accum>
 struct Steps {
   Pipeline& pipeline;
   PipelineState& smem_pipe_read;
@@ -167,7 +150,6 @@ struct Steps {
   }
   // The folded tile's stage (operands and whatever the fold read there) is no longer read: back to the producer.
   CUTLASS_DEVICE void release() {
-    if constexpr (kOrderedRelease) sync_warpgroup();
     pipeline.consumer_release(smem_pipe_release);
     ++smem_pipe_release;
   }
@@ -229,22 +211,26 @@ struct HalfTiles {
 };
 
 // A CUTLASS collective (Base) with mma() replaced by an overlapped K loop: Schedule (above) says in what order the
-// steps run, MakePromotion::make<Base>(shared_tensors, thread_idx) builds the Promotion. Loads, shared storage,
+// steps run, MakePromotion::make<Base>(shared_tensors, thread_idx) builds the Promotion. Loads, shared storage and
 // parameters stay Base's, and so does the contract with the kernel: mma() leaves the last K tile's stage unreleased
-// and mma_tail() releases it (Base's, after the warpgroup's barrier where releases are ordered).
-// A Promotion that reads its stage (MakePromotion::kReadsStage) in a cluster of more than one CTA orders its
-// releases (file comment).
+// and mma_tail() releases it.
+// A Promotion that reads its stage with ordinary loads (MakePromotion::kReadsStage: the block-wise scales) in a
+// cluster of more than one CTA needs every consumer thread's release counted: the pipeline is then
+// StageReadingPipeline (stage_reading_pipeline.cuh), and mma_tail() is this class's, since Base's takes Base's
+// pipeline. The producer's code (Base's load(), load_auxiliary(), load_tail()) takes it as the base class it is.
 template <class Base, class Schedule, class MakePromotion>
 struct OverlappedMainloop : Base {
-  using typename Base::MainloopPipeline;
+  static constexpr bool kEveryThreadReleases =
+      MakePromotion::kReadsStage && cute::size(typename Base::DispatchPolicy::ClusterShape{}) > 1;
+  using MainloopPipeline = cute::conditional_t<kEveryThreadReleases,
+                                               StageReadingPipeline<typename Base::MainloopPipeline>,
+                                               typename Base::MainloopPipeline>;
   using typename Base::Params;
   using typename Base::PipelineState;
   using typename Base::SmemLayoutA;
   using typename Base::SmemLayoutB;
   using typename Base::TensorStorage;
   using typename Base::TiledMma;
-  static constexpr bool kOrderedRelease =
-      MakePromotion::kReadsStage && cute::size(typename Base::DispatchPolicy::ClusterShape{}) > 1;
 
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
@@ -261,17 +247,20 @@ struct OverlappedMainloop : Base {
     clear_fragments(accum, part0, part1);
     if (k_tile_count <= 0) return;
     Steps<MainloopPipeline, PipelineState, TiledMma, remove_cvref_t<decltype(get<0>(fragments))>,
-          remove_cvref_t<decltype(get<1>(fragments))>, decltype(promotion), FrgTensorC, kOrderedRelease>
+          remove_cvref_t<decltype(get<1>(fragments))>, decltype(promotion), FrgTensorC>
         steps{pipeline, smem_pipe_read, smem_pipe_read, tiled_mma, get<0>(fragments), get<1>(fragments), promotion,
               accum, k_tile_count, thread_idx};
     Schedule::run(steps, part0, part1);
   }
 
-  // The last K tile's stage: its fold inputs were read in mma(), so the warpgroup meets before Base releases it.
-  template <class... Args>
-  CUTLASS_DEVICE void mma_tail(MainloopPipeline pipeline, Args... args) {
-    if constexpr (kOrderedRelease) sync_warpgroup();
-    Base::mma_tail(pipeline, args...);
+  // Releases the stage mma() left unreleased: the last K tile's.
+  CUTLASS_DEVICE void mma_tail(MainloopPipeline pipeline, PipelineState smem_pipe_release, int k_tile_count) {
+    if constexpr (kEveryThreadReleases) {
+      smem_pipe_release.advance(k_tile_count - 1);
+      pipeline.consumer_release(smem_pipe_release);
+    } else {
+      Base::mma_tail(pipeline, smem_pipe_release, k_tile_count);
+    }
   }
 };
 
