@@ -114,7 +114,9 @@ def _quantize_blocks_composed(x: torch.Tensor, block: tuple[int, int], dtype: to
     inv = torch.full_like(amax, fp8_max) / amax  # a true float32 division, as quantize_rowwise computes it
     q = (blocks * inv[:, None, :, None]).clamp(-fp8_max, fp8_max).to(dtype)
     q = q.view(groups_r * br, groups_c * bc)[:rows, :cols].contiguous()
-    scale = amax / fp8_max
+    # A tensor divisor: CUDA divides by a Python scalar as a multiply by its reciprocal, which is not the correctly
+    # rounded quotient the kernels and the CPU compute.
+    scale = amax / torch.full_like(amax, fp8_max)
     if br == 1:
         scale = scale.t().contiguous().t()  # [M, G] with strides (1, M), torch's layout for scale_a
     return q, scale
