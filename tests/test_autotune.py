@@ -98,6 +98,20 @@ def test_import_with_a_damaged_cache_warns_and_goes_on(tmp_path, case):
     assert DAMAGED[case][1] in r.stderr
 
 
+@needs_autotuner
+def test_import_with_a_fifo_as_cache_file_warns_and_goes_on(tmp_path):
+    # Opening a FIFO for reading waits for a writer, and the file was opened before it was checked: import blocked
+    # forever. Now it is refused like any other file that is not a cache.
+    path = tmp_path / "cache.json"
+    os.mkfifo(path)
+    code = "import fp8ext; print('entries', len(fp8ext.autotune_entries()))"
+    env = {**os.environ, "FP8EXT_AUTOTUNE": "1", "FP8EXT_AUTOTUNE_CACHE": str(path)}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "entries 0" in r.stdout
+    assert f"the cache file {path} cannot be used: it is not a regular file" in r.stderr
+
+
 def cache_write(path, entries):
     """The tuner's own writer (csrc/sm90/autotune/autotune_cache.cpp): merge `entries` into the file."""
     error = torch.ops.fp8ext._autotune_cache_write(str(path), list(entries), list(entries.values()))

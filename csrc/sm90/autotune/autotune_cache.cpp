@@ -343,7 +343,9 @@ std::string replace_file(const std::string& path, const std::string& data) {
 
 CacheRead read_cache(const std::string& path) {
   CacheRead r;
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: opening a FIFO with no writer would otherwise wait for one forever (the file is checked to be a
+  // regular one only once it is open); it changes nothing for a regular file's reads.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) {
     r.exists = errno != ENOENT;
     if (r.exists) r.error = "it cannot be opened (" + errno_text(errno) + ")";
