@@ -62,11 +62,35 @@ def test_block_scales_differ_per_group_and_block():
                        reference(a, b, sa2, sb2))
 
 
-def test_any_scale_strides_are_read_as_given():
-    # torch's layout (strides (1, M)) and a contiguous (M, G) copy hold the same values: same result.
+def _padded_weight_scales(sb):
+    """scale_b as s.t() of weight scales s [H, G] stored with padded rows (strides (1, G + 3)): not torch's exact
+    layout, which fp8ext reads through its strides."""
+    G, H = sb.shape
+    wide = torch.zeros(H, G + 3, device=sb.device)
+    wide[:, :G] = sb.t()
+    return wide[:, :G].t()
+
+
+def test_scale_a_strides_and_padded_weight_scales_are_read_as_given():
+    # scale_a in torch's layout (strides (1, M)) and a contiguous (M, G) copy hold the same values: same result;
+    # scale_b as s.t() of weight scales with padded rows too.
     a, b, sa, sb = random_blockwise_operands(8, 256, 512)
     out = fp8ext.scaled_mm(a, b, sa, sb)
-    assert torch.equal(fp8ext.scaled_mm(a, b, sa.contiguous(), sb.contiguous()), out)
+    assert torch.equal(fp8ext.scaled_mm(a, b, sa.contiguous(), _padded_weight_scales(sb)), out)
+
+
+@pytest.mark.parametrize("K,N", [(256, 256), (7168, 7168), (512, 256)])
+def test_untransposed_weight_scales_are_refused(K, N):
+    # A weight's [N / 128, K / 128] scales s passed as scale_b=s instead of s.t(): on a square grid (K = N) the shape
+    # check passes, and every block would be scaled by its transposed neighbour's scale (99.6% of the result's max
+    # off at K = N = 256). scale_b takes s.t()'s strides only, so a contiguous (G, H) is refused on any grid.
+    a, b, sa, sb = random_blockwise_operands(4, N, K)
+    s = sb.t().contiguous()  # the weight's scales as a checkpoint stores them: [H, G]
+    wrong = s if K == N else s.t().contiguous()  # square: s itself; otherwise the contiguous (G, H) copy
+    with pytest.raises(RuntimeError, match=r"scale_b: block-wise 128 x 128 scales are taken as s\.t\(\) of the "
+                                           r"weight's .* pass scale_b=s\.t\(\)"):
+        fp8ext.scaled_mm(a, b, sa, wrong)
+    assert torch.equal(fp8ext.scaled_mm(a, b, sa, s.t()), fp8ext.scaled_mm(a, b, sa, sb))
 
 
 def test_one_k_group_row_and_block_forms_agree():
@@ -561,7 +585,7 @@ def test_gemv_is_forced_only_where_it_computes():
 def test_contiguous_and_torch_scale_layouts_agree():
     a, b, sa, sb = random_blockwise_operands(33, 1024, 1024, device=DEV)
     out = fp8ext.scaled_mm(a, b, sa, sb)
-    assert torch.equal(fp8ext.scaled_mm(a, b, sa.contiguous(), sb.contiguous()), out)
+    assert torch.equal(fp8ext.scaled_mm(a, b, sa.contiguous(), _padded_weight_scales(sb)), out)
 
 
 @pytest.mark.gpu
@@ -656,7 +680,7 @@ def test_backstop_runs_torch_on_the_same_tensors():
     bias = torch.randn(N, device=DEV).to(torch.bfloat16)
     assert fp8ext.selected_blockwise_kernel(M, N, K, torch_ok=False) in fp8ext.blockwise_kernel_names()
     cases = {"bias": ((a, b, sa, sb), bias),
-             "contiguous scales": ((a, b, sa.contiguous(), sb.contiguous()), None),
+             "scales in other layouts": ((a, b, sa.contiguous(), _padded_weight_scales(sb)), None),
              "M - 2": ((a[:-2], b, sa[:-2], sb), None)}
     some = torch.randperm(M - 2, device=DEV)[:64]
     for what, ((a_, b_, sa_, sb_), bias_) in cases.items():

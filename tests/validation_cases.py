@@ -188,6 +188,14 @@ CASES = [
                scale_b=lambda d, a: torch.ones(1, 2, device=d).t()),
          P + "scale_a: expected one value (tensor-wise), shape (M, 1) or (M,) with M = 32 (row-wise), or "
              "(M, ceil(K / 128)) = (32, 2) (block-wise, 1 x 128 groups), got shape [32, 3]"),
+    Case("blockwise_b_untransposed", "a weight's [N/128, K/128] block scales s passed as scale_b=s, not s.t() (K = N = 256)",
+         _with(a=lambda d, a: fp8(M, 4 * K, device=d), b=lambda d, a: fp8(256, 4 * K, device=d).t(),
+               scale_a=lambda d, a: torch.ones(2, M, device=d).t(),
+               scale_b=lambda d, a: torch.ones(2, 2, device=d)),
+         P + "scale_b: block-wise 128 x 128 scales are taken as s.t() of the weight's [ceil(N / 128), ceil(K / 128)] "
+             "= [2, 2] scales s (strides (1, >= 2), as torch._scaled_mm takes them), got strides [2, 1]; pass "
+             "scale_b=s.t() for the weight's scales s (a contiguous (2, 2) tensor reads as s.t() only by accident "
+             "when the grid is square)"),
     Case("scale_a_strided", "scale_a is a strided view",
          _with(scale_a=lambda d, a: torch.ones(M, 2, device=d)[:, :1]),
          P + "scale_a: row-wise scales must be contiguous (stride 1 along M), got strides [2, 1]; expanded or "

@@ -64,7 +64,20 @@ ScaleKind check_scale(const TensorMeta& s, const char* arg, const ScaledMmProble
                                                : (s.size(0) == 1 && s.size(1) == len));
   const bool block = s.dim() == 2 && (is_a ? (s.size(0) == p.M && s.size(1) == groups && groups >= 2)
                                            : (s.size(0) == groups && s.size(1) == blocks_n));
-  if (block && !vector_2d) return ScaleKind::kBlock;  // block scales are read through their strides, any strides
+  if (block && !vector_2d) {
+    // The kernels read block scales through their strides, so any layout would compute; but scale_b's grid can be
+    // square (K = N), and a weight's [ceil(N / 128), ceil(K / 128)] scales passed untransposed would then pass the
+    // shape check and scale every block by its transposed neighbour's scale. So scale_b takes the layout torch's
+    // block-wise _scaled_mm takes, a weight's scales s transposed (s.t(): strides (1, >= G)), as b is w.t(); scale_a
+    // any strides (its (M, G) grid is not the transpose of anything a caller holds).
+    FP8EXT_CHECK_ARG(is_a || groups == 1 || blocks_n == 1 || s.stride(0) == 1, arg,
+                     "block-wise 128 x 128 scales are taken as s.t() of the weight's [ceil(N / 128), ceil(K / 128)] = [",
+                     blocks_n, ", ", groups, "] scales s (strides (1, >= ", groups,
+                     "), as torch._scaled_mm takes them), got strides ", shape_str(s.strides()),
+                     "; pass scale_b=s.t() for the weight's scales s (a contiguous (", groups, ", ", blocks_n,
+                     ") tensor reads as s.t() only by accident when the grid is square)");
+    return ScaleKind::kBlock;
+  }
   FP8EXT_CHECK_ARG(vector_1d || vector_2d, arg, "expected one value (tensor-wise), shape ",
                    is_a ? "(M, 1) or (M,)" : "(1, N) or (N,)", " with ", len_name, " = ", len, " (row-wise), or ",
                    is_a ? str("(M, ceil(K / 128)) = (", p.M, ", ", groups, ") (block-wise, 1 x 128 groups)")
