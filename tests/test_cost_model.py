@@ -141,6 +141,21 @@ def test_backends_switch_off_the_backstop():
                            env={**__import__("os").environ, "FP8EXT_BACKENDS": env})
         assert r.returncode == 0, r.stderr[-2000:]
         assert r.stdout.split()[-1] == want
+        assert "FP8EXT_BACKENDS" not in r.stderr
+
+
+@pytest.mark.parametrize("env", ["fp8ext, torch", "Torch", "garbage", "torch", "fp8ext,torch,"])
+def test_a_backends_setting_that_set_backends_refuses_is_ignored_with_a_warning(env):
+    # The environment takes set_backends' values only: any other (a space, another case) once turned the backstop
+    # off silently, where set_backends refuses exactly these strings.
+    code = "import fp8ext; print(fp8ext.backends())"
+    r = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "FP8EXT_BACKENDS": env})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split()[-1] == "fp8ext,torch"
+    assert f"fp8ext: FP8EXT_BACKENDS={env!r} is ignored: it must be 'fp8ext' or 'fp8ext,torch'" in r.stderr
+    with pytest.raises(RuntimeError, match="backends must be"):
+        fp8ext.set_backends(env)
 
 
 def test_a_remembered_selection_is_the_one_the_model_ranks_first():

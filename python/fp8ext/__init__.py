@@ -39,7 +39,7 @@ if _BUILD_INFO is not None:
                         built_cuda=(_BUILD_INFO.get("built_with") or {}).get("cuda"))
 
 from .autotune import _configure_from_environment, autotune, autotune_entries
-from .ops import (_has_cuda_kernels, backends, blockwise_kernel_names, force_kernel, kernel_names, kernel_traits,
+from .ops import (_backends_from_environment, _has_cuda_kernels, backends, blockwise_kernel_names, force_kernel, kernel_names, kernel_traits,
                   linear, scaled_mm, selected_blockwise_kernel, selected_kernel, set_backends)
 from .quantize import f8f8bf16_rowwise, quantize_blockwise, quantize_rowwise
 from . import nn
@@ -54,6 +54,7 @@ if _has_cuda_kernels():
     # Part of the autotuner's cache key: a choice measured under other versions is tuned again.
     _torch.ops.fp8ext._set_software_key(f"cuda{_torch.version.cuda}/torch{_torch.__version__}/fp8ext{__version__}")
 _configure_from_environment()
+_backends_from_environment()
 
 
 def __getattr__(name: str):

@@ -8,6 +8,8 @@ dtype and strides without running the kernel, linear's CPU backend, and the docu
 from __future__ import annotations
 
 import contextlib
+import os
+import warnings
 from typing import Iterator, Optional
 
 import torch
@@ -245,6 +247,20 @@ def set_backends(backends: str) -> None:
     if not _has_cuda_kernels():
         raise RuntimeError("fp8ext.set_backends: this build has no CUDA kernels")
     torch.ops.fp8ext._set_backends(backends)
+
+
+def _backends_from_environment() -> None:
+    # FP8EXT_BACKENDS, applied at import with set_backends' own parser: a value it refuses ("fp8ext, torch",
+    # "Torch") is ignored with a warning and the default stays, where it was once read another way and turned the
+    # backstop off without a word.
+    value = os.environ.get("FP8EXT_BACKENDS", "")
+    if not value or not _has_cuda_kernels():
+        return
+    try:
+        set_backends(value)
+    except RuntimeError:
+        warnings.warn(f"fp8ext: FP8EXT_BACKENDS={value!r} is ignored: it must be 'fp8ext' or 'fp8ext,torch' (no "
+                      f"spaces); the backends stay {backends()!r}", stacklevel=3)
 
 
 def backends() -> str:

@@ -167,6 +167,7 @@ double blockwise_predicted_us(const BlockwiseKernelEntry& kernel, int64_t M, int
 
 BlockwiseSelection select_blockwise_kernel(int64_t M, int64_t N, int64_t K, OutType out, int sm_count,
                                            bool allow_workspace, bool torch_can_run, const BlockwiseTrial* trial) {
+  if (M <= 0 || N <= 0 || K <= 0) return {};  // an empty problem runs no kernel (the entry returns its result first)
   const bool backstop = torch_can_run && torch_backstop_enabled();
   if (trial != nullptr) return select_uncached(M, N, K, out, sm_count, allow_workspace, backstop, trial);
   const SelectionKey key{M, N, K, int(out), sm_count, allow_workspace, backstop};

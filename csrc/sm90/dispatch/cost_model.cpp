@@ -202,6 +202,7 @@ Estimate estimate(const KernelEntry& kernel, const CostProblem& p) {
 }
 
 double torch_rowwise_estimate(const CostProblem& p, Accum accum) {
+  if (p.M <= 0 || p.N <= 0 || p.K <= 0) return -1.0;  // an empty problem runs nothing (and has no tile grid)
   const auto& m = fitted();
   const auto it = m.find(accum == Accum::kFast ? "torch_rowwise_fast" : "torch_rowwise_precise");
   if (it == m.end()) return -1.0;

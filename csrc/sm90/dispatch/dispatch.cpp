@@ -25,22 +25,9 @@ bool usable(const KernelEntry& k, bool allow_workspace) {
 
 int out_bytes(OutType o) { return o == OutType::kFP32 ? 4 : 2; }
 
-// -1 unset, 0 off, 1 on: FP8EXT_BACKENDS is read once, at the first call that asks.
-std::atomic<int> g_torch_backstop{-1};
-
-bool backstop_from_environment() {
-  const char* env = std::getenv("FP8EXT_BACKENDS");
-  if (env == nullptr || *env == '\0') return true;
-  // A comma-separated list of backends; the torch backstop is on when "torch" is one of them.
-  std::string list = env;
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    const size_t comma = std::min(list.find(',', pos), list.size());
-    if (list.compare(pos, comma - pos, "torch") == 0) return true;
-    pos = comma + 1;
-  }
-  return false;
-}
+// The torch backstop's switch: on unless set_torch_backstop turns it off (python/fp8ext applies FP8EXT_BACKENDS
+// through it at import, with set_backends' parser and its errors).
+std::atomic<bool> g_torch_backstop{true};
 
 }  // namespace
 
@@ -53,6 +40,9 @@ bool kernel_matches(const KernelEntry& kernel, const ProblemKey& key) {
 }
 
 std::vector<RankedKernel> rank_kernels(const ProblemKey& key, int sm_count, bool allow_workspace) {
+  // An empty problem runs no kernel (the entry returns its result before dispatch), and the cost terms of a grid
+  // with no tiles divide by zero.
+  if (key.M <= 0 || key.N <= 0 || key.K <= 0) return {};
   const CostProblem p{key.M, key.N, key.K, out_bytes(key.out), sm_count};
   std::vector<RankedKernel> ranked;
   for (const auto& k : all_kernels()) {
@@ -120,17 +110,9 @@ Selection select_kernel(const ProblemKey& key, int sm_count, bool allow_workspac
   return g_selections.get(k, [&] { return select_uncached(key, sm_count, allow_workspace, torch_can_run, backstop); });
 }
 
-void set_torch_backstop(bool enabled) { g_torch_backstop.store(enabled ? 1 : 0); }
+void set_torch_backstop(bool enabled) { g_torch_backstop.store(enabled); }
 
-bool torch_backstop_enabled() {
-  int v = g_torch_backstop.load();
-  if (v < 0) {
-    int unset = -1;
-    g_torch_backstop.compare_exchange_strong(unset, backstop_from_environment() ? 1 : 0);
-    v = g_torch_backstop.load();
-  }
-  return v == 1;
-}
+bool torch_backstop_enabled() { return g_torch_backstop.load(); }
 
 bool needs_workspace(const KernelEntry& kernel) { return !usable(kernel, /*allow_workspace=*/false); }
 

@@ -70,7 +70,7 @@ struct Selection {
 Selection select_kernel(const ProblemKey& key, int sm_count, bool allow_workspace, bool torch_can_run);
 
 // The backends the default dispatch may use: fp8ext's kernels always; torch._scaled_mm row-wise as the backstop
-// unless turned off (FP8EXT_BACKENDS=fp8ext in the environment, read at the first call, or set_torch_backstop).
+// unless turned off (set_torch_backstop: fp8ext.set_backends, and FP8EXT_BACKENDS through it at import).
 void set_torch_backstop(bool enabled);
 bool torch_backstop_enabled();
 
