@@ -8,11 +8,16 @@ dtype and strides without running the kernel, linear's CPU backend, and the docu
 from __future__ import annotations
 
 import contextlib
+import operator
 from typing import Iterator, Optional
 
 import torch
 
 from . import _C  # noqa: F401  (loading the library registers torch.ops.fp8ext)
+
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # what scaled_mm writes
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
 
 def scaled_mm(
     a: torch.Tensor,
@@ -188,18 +193,54 @@ def blockwise_kernel_names() -> list[str]:
     return list(torch.ops.fp8ext._blockwise_kernel_names()) if _has_cuda_kernels() else []
 
 
+_MAX_DIM = 2**31 - 1  # the largest M, N and K fp8ext.scaled_mm takes (CUTLASS's problem sizes are int)
+_SM_COUNT_WITHOUT_GPU = 132  # an H200's: what the kernel queries assume on a machine without a GPU
+
+
+def _check_query(fn: str, M, N, K, out_dtype: torch.dtype, a_dtype: torch.dtype = torch.float8_e4m3fn) -> None:
+    """A kernel query's problem, checked as fp8ext.scaled_mm checks a call, before anything reaches C++: the
+    dispatch's cost model takes only calls that scaled_mm accepts and launches (it divides by M, N and K)."""
+    dims = {"M": operator.index(M), "N": operator.index(N), "K": operator.index(K)}  # TypeError for a float
+    for name, n in dims.items():
+        if not 0 <= n <= _MAX_DIM:
+            raise ValueError(f"fp8ext.{fn}: {name} = {n}: expected 0 <= {name} <= 2^31 - 1")
+    for name in ("N", "K"):
+        if dims[name] % 16:
+            raise ValueError(f"fp8ext.{fn}: {name} = {dims[name]} is not a multiple of 16: fp8ext.scaled_mm refuses "
+                             "such a call, no kernel runs it")
+    if 0 in dims.values():
+        raise ValueError(f"fp8ext.{fn}: M, N, K = {M}, {N}, {K}: fp8ext.scaled_mm answers a call with an empty "
+                         "dimension without launching a kernel (an empty result, or zeros plus the bias for K = 0), "
+                         "so no kernel is selected for it")
+    if out_dtype not in OUT_DTYPES:
+        raise ValueError(f"fp8ext.{fn}: out_dtype: expected torch.bfloat16, torch.float16 or torch.float32, got "
+                         f"{out_dtype}")
+    if a_dtype not in FP8_DTYPES:
+        raise ValueError(f"fp8ext.{fn}: a_dtype: expected torch.float8_e4m3fn or torch.float8_e5m2, got {a_dtype}")
+
+
+def _sm_count() -> int:
+    if not torch.cuda.is_available():
+        return _SM_COUNT_WITHOUT_GPU
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
 def selected_blockwise_kernel(M: int, N: int, K: int, out_dtype: torch.dtype = torch.bfloat16,
                               capturing: bool = False, torch_ok: bool = True) -> Optional[str]:
-    """What a block-wise call of this shape runs on this GPU: a forced block-scaled kernel, else dispatch's pick
+    """What a block-wise call of this shape runs on this GPU (without a GPU: on an H200, as ``selected_kernel``
+    answers): a forced block-scaled kernel, else dispatch's pick
     (csrc/sm90/blockwise_dispatch.h; inside CUDA-graph capture never a stream-K one), which is
     ``"torch._scaled_mm"`` where torch's block-wise path is predicted faster (the backstop: with torch 2.11 only,
     for M > 128, M and K / 128 multiples of 4, and bf16 output; ``torch_ok=False`` says torch cannot take the call
     as given, e.g. it has a bias or its scales are not in torch's layouts; ``set_backends("fp8ext")`` turns the
-    backstop off). None if no block-scaled kernel of this build writes ``out_dtype``."""
+    backstop off). None if no block-scaled kernel of this build writes ``out_dtype``.
+
+    ValueError for a shape or out dtype that fp8ext.scaled_mm refuses, and for M, N or K = 0, which it answers
+    without a kernel (as ``selected_kernel``)."""
     if not _has_cuda_kernels():
         return None
-    sm_count = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    return torch.ops.fp8ext._selected_blockwise_kernel(M, N, K, out_dtype, sm_count, capturing,
+    _check_query("selected_blockwise_kernel", M, N, K, out_dtype)
+    return torch.ops.fp8ext._selected_blockwise_kernel(M, N, K, out_dtype, _sm_count(), capturing,
                                                        torch_ok=torch_ok) or None
 
 
@@ -222,9 +263,15 @@ def selected_kernel(M: int, N: int, K: int, out_dtype: torch.dtype = torch.bfloa
 
     With ``explain=True`` returns a dict: ``selected`` (the name above) and ``ranking``, every built kernel that
     computes the call, fastest predicted first, each ``{"kernel", "predicted_us", "tile_ratio", "calibrated"}``,
-    and ``torch_predicted_us`` (negative when the model has no calibration for torch)."""
+    and ``torch_predicted_us`` (negative when the model has no calibration for torch).
+
+    Without a GPU it answers for an H200. Raises ValueError, naming the argument, for what fp8ext.scaled_mm
+    refuses (M, N or K negative or beyond 2^31 - 1, N or K not a multiple of 16, an ``out_dtype`` other than
+    bfloat16, float16 or float32, an ``a_dtype`` that is not FP8), and for M, N or K = 0: a valid call, which
+    scaled_mm answers without launching any kernel, so there is none to name."""
     if not _has_cuda_kernels():
         return None
+    _check_query("selected_kernel", M, N, K, out_dtype, a_dtype)
     name = torch.ops.fp8ext._selected_kernel(M, N, K, out_dtype, use_fast_accum, a_dtype, capturing, torch_ok) or None
     if not explain:
         return name

@@ -1,0 +1,61 @@
+"""Robustness round 3: a careful user's first hour, on a machine without a GPU with the CUDA wheel installed. One
+test per finding of the issue, named for it.
+"""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import fp8ext
+
+needs_kernel_queries = pytest.mark.skipif(not fp8ext.kernel_names(), reason="needs a CUDA build of fp8ext")
+
+
+# ---- one test per finding ----
+
+@needs_kernel_queries
+def test_finding01_kernel_queries_refuse_empty_and_negative_shapes():
+    # In a subprocess: before the fix, M = 0 killed the process (SIGFPE in the cost model).
+    code = """if True:
+        import torch, fp8ext
+        for call in ("fp8ext.selected_kernel(0, 4096, 4096)", "fp8ext.selected_kernel(16, 0, 4096)",
+                     "fp8ext.selected_kernel(16, 4096, 0)", "fp8ext.selected_kernel(0, 4096, 4096, explain=True)",
+                     "fp8ext.selected_kernel(-16, 4096, 4096)", "fp8ext.selected_kernel(16, -16, 4096, explain=True)",
+                     "fp8ext.selected_blockwise_kernel(0, 4096, 4096)"):
+            try:
+                print(call, '->', repr(eval(call)))
+            except ValueError as e:
+                print(call, '-> ValueError:', e)
+    """
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.returncode
+    lines = r.stdout.splitlines()
+    assert len(lines) == 7, r.stdout
+    empty = ("fp8ext.scaled_mm answers a call with an empty dimension without launching a kernel (an empty result, "
+             "or zeros plus the bias for K = 0), so no kernel is selected for it")
+    assert lines[0] == f"fp8ext.selected_kernel(0, 4096, 4096) -> ValueError: fp8ext.selected_kernel: M, N, K = " \
+                       f"0, 4096, 4096: {empty}"
+    for line in lines[1:4] + lines[6:]:
+        assert line.endswith(empty), line
+    assert lines[4].endswith("ValueError: fp8ext.selected_kernel: M = -16: expected 0 <= M <= 2^31 - 1")
+    assert lines[5].endswith("ValueError: fp8ext.selected_kernel: N = -16: expected 0 <= N <= 2^31 - 1")
+
+
+@needs_kernel_queries
+def test_finding11_kernel_queries_refuse_what_scaled_mm_refuses():
+    for args, message in (((16, 40, 4096), "N = 40 is not a multiple of 16"),
+                          ((16, 4096, 40), "K = 40 is not a multiple of 16"),
+                          ((16, 4096, 4096, torch.int8), "out_dtype: expected torch.bfloat16, torch.float16 or "
+                                                         "torch.float32, got torch.int8"),
+                          ((2**31, 4096, 4096), r"M = 2147483648: expected 0 <= M <= 2\^31 - 1")):
+        with pytest.raises(ValueError, match=r"fp8ext.selected_kernel: " + message):
+            fp8ext.selected_kernel(*args)
+    with pytest.raises(ValueError, match=r"fp8ext.selected_kernel: a_dtype: expected torch.float8_e4m3fn or "
+                                         r"torch.float8_e5m2, got torch.int8"):
+        fp8ext.selected_kernel(16, 4096, 4096, a_dtype=torch.int8)
+    with pytest.raises(ValueError, match=r"fp8ext.selected_blockwise_kernel: N = 40 is not a multiple of 16"):
+        fp8ext.selected_blockwise_kernel(16, 40, 4096)
+    # Without a GPU both answer for an H200 (selected_blockwise_kernel asked the driver for an SM count).
+    assert isinstance(fp8ext.selected_blockwise_kernel(64, 7168, 2048), str)
+    assert isinstance(fp8ext.selected_kernel(64, 7168, 2048), str)
