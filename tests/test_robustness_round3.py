@@ -1,14 +1,18 @@
 """Robustness round 3: a careful user's first hour, on a machine without a GPU with the CUDA wheel installed. One
 test per finding of the issue, named for it.
 """
+import logging
 import subprocess
 import sys
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 import fp8ext
+from fp8ext.testing import random_operands
 
+M, N, K = 32, 48, 64
 needs_kernel_queries = pytest.mark.skipif(not fp8ext.kernel_names(), reason="needs a CUDA build of fp8ext")
 
 
@@ -59,3 +63,30 @@ def test_finding11_kernel_queries_refuse_what_scaled_mm_refuses():
     # Without a GPU both answer for an H200 (selected_blockwise_kernel asked the driver for an SM count).
     assert isinstance(fp8ext.selected_blockwise_kernel(64, 7168, 2048), str)
     assert isinstance(fp8ext.selected_kernel(64, 7168, 2048), str)
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+def test_finding14_a_rejected_traced_call_logs_no_traceback():
+    a, b, sa, sb = random_operands(M, N, K)
+    records = _Records()
+    torch_logger = logging.getLogger("torch._subclasses.fake_tensor")  # FakeTensorMode's, which does not propagate
+    torch_logger.addHandler(records)
+    try:
+        torch._dynamo.reset()
+        with pytest.raises(RuntimeError, match=r"fp8ext.scaled_mm: scale_a: expected one value"):
+            torch.compile(fp8ext.scaled_mm, backend="eager", fullgraph=True)(a, b, torch.ones(M + 1, 1), sb)
+        with FakeTensorMode() as mode, pytest.raises(RuntimeError, match=r"fp8ext.quantize_rowwise: x: K = 40"):
+            fp8ext.quantize_rowwise(mode.from_tensor(torch.randn(4, 40)))
+        with FakeTensorMode() as mode, pytest.raises(RuntimeError, match=r"fp8ext.linear: weight: expected dtype"):
+            fp8ext.linear(*(mode.from_tensor(t) for t in (torch.randn(4, K), torch.randn(N, K), torch.ones(N))))
+    finally:
+        torch_logger.removeHandler(records)
+    assert [r.getMessage() for r in records.records] == []

@@ -12,6 +12,7 @@ import operator
 from typing import Iterator, Optional
 
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import _C  # noqa: F401  (loading the library registers torch.ops.fp8ext)
 
@@ -75,14 +76,22 @@ def _operand_meta(t: torch.Tensor) -> tuple[list[int], torch.dtype, torch.device
             t.dtype, t.device)
 
 
+def _run_check(check, *args) -> None:
+    """Run one of the C++ _check_*_meta ops, which read no tensors, outside FakeTensorMode: inside it (where a fake
+    implementation runs), a check that raises would first be logged by FakeTensorMode at ERROR level, with a
+    traceback ("failed while attempting to run meta for ..."), before the error reaches the caller."""
+    with unset_fake_temporarily():
+        check(*args)
+
+
 @torch.library.register_fake("fp8ext::scaled_mm")
 def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=None, use_fast_accum=False):
     # Every check that metadata decides, by the C++ validation itself (csrc/scaled_mm_checks.cpp), so that a
     # traced call raises exactly the eager message. Only alignment differs in what it reads: the storage
     # offset, as a traced tensor has no address.
     bias_meta = _operand_meta(bias) if bias is not None else (None, None, None)
-    torch.ops.fp8ext._check_scaled_mm_meta(*_operand_meta(a), *_operand_meta(b), *_operand_meta(scale_a),
-                                           *_operand_meta(scale_b), *bias_meta, out_dtype)
+    _run_check(torch.ops.fp8ext._check_scaled_mm_meta, *_operand_meta(a), *_operand_meta(b), *_operand_meta(scale_a),
+               *_operand_meta(scale_b), *bias_meta, out_dtype)
     out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
     return a.new_empty((a.size(0), b.size(1)), dtype=out_dtype)
 
@@ -114,8 +123,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bi
 def _check_linear(x, weight, weight_scale, bias) -> None:
     """The C++ validation of fp8ext.linear (csrc/linear_checks.cpp) on the arguments' metadata."""
     bias_meta = _operand_meta(bias) if bias is not None else (None, None, None)
-    torch.ops.fp8ext._check_linear_meta(*_operand_meta(x), *_operand_meta(weight), *_operand_meta(weight_scale),
-                                        *bias_meta)
+    _run_check(torch.ops.fp8ext._check_linear_meta, *_operand_meta(x), *_operand_meta(weight),
+               *_operand_meta(weight_scale), *bias_meta)
 
 
 @torch.library.register_fake("fp8ext::linear")

@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 
 from . import _C  # noqa: F401  (loading the library registers torch.ops.fp8ext)
-from .ops import _size_hint, scaled_mm
+from .ops import _run_check, _size_hint, scaled_mm
 
 E4M3 = torch.float8_e4m3fn
 
@@ -125,8 +125,8 @@ def _quantize_blocks_composed(x: torch.Tensor, block: tuple[int, int], dtype: to
 @torch.library.register_fake("fp8ext::quantize_blockwise")
 def _quantize_blockwise_fake(x, dtype=None):
     # The C++ validation on the traced tensor's metadata, as for quantize_rowwise.
-    torch.ops.fp8ext._check_quantize_blockwise_meta([_size_hint(s) for s in x.shape],
-                                                    [_size_hint(s) for s in x.stride()], x.dtype, dtype)
+    _run_check(torch.ops.fp8ext._check_quantize_blockwise_meta, [_size_hint(s) for s in x.shape],
+               [_size_hint(s) for s in x.stride()], x.dtype, dtype)
     M, K = x.shape
     q = x.new_empty((M, K), dtype=E4M3 if dtype is None else dtype)
     return q, x.new_empty((-(-K // BLOCK), M), dtype=torch.float32).t()
@@ -135,8 +135,8 @@ def _quantize_blockwise_fake(x, dtype=None):
 @torch.library.register_fake("fp8ext::quantize_rowwise")
 def _quantize_rowwise_fake(x, dtype=None, scale_ub=None):
     # The C++ validation on the traced tensor's metadata, so that tracing raises the eager messages.
-    torch.ops.fp8ext._check_quantize_rowwise_meta([_size_hint(s) for s in x.shape],
-                                                  [_size_hint(s) for s in x.stride()], x.dtype, dtype, scale_ub)
+    _run_check(torch.ops.fp8ext._check_quantize_rowwise_meta, [_size_hint(s) for s in x.shape],
+               [_size_hint(s) for s in x.stride()], x.dtype, dtype, scale_ub)
     q = x.new_empty(x.shape, dtype=E4M3 if dtype is None else dtype)
     return q, x.new_empty((*x.shape[:-1], 1), dtype=torch.float32)
 
