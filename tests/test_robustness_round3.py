@@ -1,5 +1,6 @@
 """Robustness round 3: a careful user's first hour, on a machine without a GPU with the CUDA wheel installed. One
-test per finding of the issue, named for it.
+test per finding of the issue, named for it, and one that holds the eager and traced paths to the same exception
+for the inputs where they differed (8).
 """
 import logging
 import subprocess
@@ -14,6 +15,11 @@ from fp8ext.testing import random_operands
 
 M, N, K = 32, 48, 64
 needs_kernel_queries = pytest.mark.skipif(not fp8ext.kernel_names(), reason="needs a CUDA build of fp8ext")
+
+
+def fp8_weight(n=N, k=K):
+    w, s = fp8ext.quantize_rowwise(torch.randn(n, k))
+    return w, s.view(n)
 
 
 # ---- one test per finding ----
@@ -90,3 +96,69 @@ def test_finding14_a_rejected_traced_call_logs_no_traceback():
     finally:
         torch_logger.removeHandler(records)
     assert [r.getMessage() for r in records.records] == []
+
+
+# ---- finding 8: eager and traced calls raise the same exception ----
+
+def _scaled_mm_call(**changes):
+    a, b, sa, sb = random_operands(M, N, K)
+    args = {"a": a, "b": b, "scale_a": sa, "scale_b": sb, "bias": None}
+    args.update({name: make(args) for name, make in changes.items()})
+    return fp8ext.scaled_mm, tuple(args.values())
+
+
+def _linear_call(**changes):
+    w, ws = fp8_weight()
+    args = {"x": torch.randn(4, K).bfloat16(), "weight": w, "weight_scale": ws, "bias": None}
+    args.update({name: make(args) for name, make in changes.items()})
+    return fp8ext.linear, tuple(args.values())
+
+
+AGREEMENT = {
+    "08_a_none": (lambda: _scaled_mm_call(a=lambda c: None), RuntimeError,
+                  "fp8ext.scaled_mm: a: expected a tensor, got None"),
+    "08_scale_b_none": (lambda: _scaled_mm_call(scale_b=lambda c: None), RuntimeError,
+                        "fp8ext.scaled_mm: scale_b: expected a tensor, got None"),
+    "08_linear_weight_scale_none": (lambda: _linear_call(weight_scale=lambda c: None), RuntimeError,
+                                    "fp8ext.linear: weight_scale: expected a tensor, got None"),
+}
+
+
+def _outcome(run):
+    """(exception type, first line of its message) of fp8ext's error, or (None, None) if the call returned.
+    torch.compile raises an error of its own (TorchRuntimeError) for one that an op raised while it traced the
+    call, which its message quotes and its context chain holds: fp8ext's error is the first in the chain whose
+    message starts with "fp8ext."."""
+    try:
+        run()
+    except Exception as raised:  # noqa: BLE001 (the type is what is compared)
+        e = raised
+        while e is not None and not str(e).startswith("fp8ext."):
+            e = e.__cause__ or e.__context__
+        e = raised if e is None else e
+        return type(e), str(e).splitlines()[0]
+    return None, None
+
+
+def _eager(fn, args):
+    return _outcome(lambda: fn(*args))
+
+
+def _fake(fn, args):
+    with FakeTensorMode() as mode:
+        fake = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in args]
+        return _outcome(lambda: fn(*fake))
+
+
+def _compiled(fn, args):
+    torch._dynamo.reset()
+    return _outcome(lambda: torch.compile(fn, backend="eager")(*args))
+
+
+@pytest.mark.parametrize("case", list(AGREEMENT))
+def test_finding08_fake_and_compile_raise_what_eager_raises(case):
+    make, error, message = AGREEMENT[case]
+    fn, args = make()
+    assert _eager(fn, args) == (error, message)
+    assert _fake(fn, args) == (error, message)
+    assert _compiled(fn, args) == (error, message)

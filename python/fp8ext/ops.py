@@ -84,11 +84,16 @@ def _run_check(check, *args) -> None:
         check(*args)
 
 
+SCALED_MM_TENSORS = ("a", "b", "scale_a", "scale_b", "bias")
+LINEAR_TENSORS = ("x", "weight", "weight_scale", "bias")
+
+
 @torch.library.register_fake("fp8ext::scaled_mm")
 def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=None, use_fast_accum=False):
     # Every check that metadata decides, by the C++ validation itself (csrc/scaled_mm_checks.cpp), so that a
     # traced call raises exactly the eager message. Only alignment differs in what it reads: the storage
     # offset, as a traced tensor has no address.
+    _refuse_missing("fp8ext.scaled_mm", SCALED_MM_TENSORS[:4], (a, b, scale_a, scale_b))
     bias_meta = _operand_meta(bias) if bias is not None else (None, None, None)
     _run_check(torch.ops.fp8ext._check_scaled_mm_meta, *_operand_meta(a), *_operand_meta(b), *_operand_meta(scale_a),
                *_operand_meta(scale_b), *bias_meta, out_dtype)
@@ -122,6 +127,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bi
 
 def _check_linear(x, weight, weight_scale, bias) -> None:
     """The C++ validation of fp8ext.linear (csrc/linear_checks.cpp) on the arguments' metadata."""
+    _refuse_missing("fp8ext.linear", LINEAR_TENSORS[:3], (x, weight, weight_scale))
     bias_meta = _operand_meta(bias) if bias is not None else (None, None, None)
     _run_check(torch.ops.fp8ext._check_linear_meta, *_operand_meta(x), *_operand_meta(weight),
                *_operand_meta(weight_scale), *bias_meta)
@@ -153,6 +159,14 @@ _IMPL = torch.library.Library("fp8ext", "IMPL")
 _AFTER_AUTOGRAD = torch._C._after_autograd_keyset
 
 
+def _refuse_missing(op: str, names: tuple[str, ...], args: tuple) -> None:
+    """None where the schema takes a Tensor: the dispatcher passes it on as an undefined tensor, whose error in the
+    C++ validation names no argument. Refused before it, by the autograd guard and the fake implementations."""
+    for name, t in zip(names, args):
+        if t is None:
+            raise RuntimeError(f"{op}: {name}: expected a tensor, got None")
+
+
 def _refuse_grad(op: str, names: tuple[str, ...], args: tuple) -> None:
     for name, t in zip(names, args):
         if isinstance(t, torch.Tensor) and t.requires_grad:
@@ -163,16 +177,25 @@ def _refuse_grad(op: str, names: tuple[str, ...], args: tuple) -> None:
 _OOM_PREFIX = "CUDA out of memory"  # how torch's caching allocator words it (c10/cuda/CUDACachingAllocator.cpp)
 
 
-def _register_autograd_guard(name: str, tensor_args: tuple[str, ...]) -> None:
+def _register_autograd_guard(name: str, tensor_args: tuple[str, ...], required: int) -> None:
+    """``tensor_args``: the op's Tensor arguments in order, the first ``required`` of them not optional."""
     overload = getattr(torch.ops.fp8ext, name).default
     public = f"fp8ext.{name}"
+    required_args = tensor_args[:required]
 
     # No _AutoDispatchBelowAutograd around the redispatch: it would cost more than it saves. The inputs do not
     # require grad here, so the aten ops the C++ backends call record nothing either way.
     # The stable ABI carries no exception types: torch's out-of-memory error raised inside the op comes back as a
     # plain RuntimeError with torch's message, and gets its type back here. The try costs nothing when nothing is
     # raised. Under torch.inference_mode() this kernel does not run and the RuntimeError stays (docs/design.md).
+    # A None where a tensor is required would reach the C++ validation as an undefined tensor, whose error names
+    # no argument and comes with a C++ stack trace on stderr; the loop that refuses it first costs some 60 ns.
+    required_positions = range(required)
+
     def guard(keyset, *args):
+        for i in required_positions:
+            if args[i] is None:
+                _refuse_missing(public, required_args, args)
         if torch.is_grad_enabled():
             _refuse_grad(public, tensor_args, args)
         try:
@@ -185,10 +208,10 @@ def _register_autograd_guard(name: str, tensor_args: tuple[str, ...]) -> None:
     _IMPL.impl(name, guard, "Autograd", with_keyset=True)
 
 
-_register_autograd_guard("scaled_mm", ("a", "b", "scale_a", "scale_b", "bias"))
-_register_autograd_guard("quantize_rowwise", ("x",))
-_register_autograd_guard("quantize_blockwise", ("x",))
-_register_autograd_guard("linear", ("x", "weight", "weight_scale", "bias"))
+_register_autograd_guard("scaled_mm", SCALED_MM_TENSORS, 4)
+_register_autograd_guard("quantize_rowwise", ("x",), 1)
+_register_autograd_guard("quantize_blockwise", ("x",), 1)
+_register_autograd_guard("linear", LINEAR_TENSORS, 3)
 _IMPL.impl("linear", _linear_cpu, "CPU")
 
 

@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 
 from . import _C  # noqa: F401  (loading the library registers torch.ops.fp8ext)
-from .ops import _run_check, _size_hint, scaled_mm
+from .ops import _refuse_missing, _run_check, _size_hint, scaled_mm
 
 E4M3 = torch.float8_e4m3fn
 
@@ -78,6 +78,7 @@ def quantize_blockwise(x: torch.Tensor, block: tuple[int, int] = (1, 128),
     allocates only the two outputs; weights and other activations through torch ops. Both compute the same bits,
     on any device, under ``torch.compile`` and in CUDA graphs, with no host sync. Not differentiable.
     """
+    _refuse_missing("fp8ext.quantize_blockwise", ("x",), (x,))
     if block not in ((1, BLOCK), (BLOCK, BLOCK)):
         raise ValueError(f"fp8ext.quantize_blockwise: block must be (1, 128) (activations) or (128, 128) "
                          f"(weights), got {block!r}")
@@ -125,6 +126,7 @@ def _quantize_blocks_composed(x: torch.Tensor, block: tuple[int, int], dtype: to
 @torch.library.register_fake("fp8ext::quantize_blockwise")
 def _quantize_blockwise_fake(x, dtype=None):
     # The C++ validation on the traced tensor's metadata, as for quantize_rowwise.
+    _refuse_missing("fp8ext.quantize_blockwise", ("x",), (x,))
     _run_check(torch.ops.fp8ext._check_quantize_blockwise_meta, [_size_hint(s) for s in x.shape],
                [_size_hint(s) for s in x.stride()], x.dtype, dtype)
     M, K = x.shape
@@ -135,6 +137,7 @@ def _quantize_blockwise_fake(x, dtype=None):
 @torch.library.register_fake("fp8ext::quantize_rowwise")
 def _quantize_rowwise_fake(x, dtype=None, scale_ub=None):
     # The C++ validation on the traced tensor's metadata, so that tracing raises the eager messages.
+    _refuse_missing("fp8ext.quantize_rowwise", ("x",), (x,))
     _run_check(torch.ops.fp8ext._check_quantize_rowwise_meta, [_size_hint(s) for s in x.shape],
                [_size_hint(s) for s in x.stride()], x.dtype, dtype, scale_ub)
     q = x.new_empty(x.shape, dtype=E4M3 if dtype is None else dtype)
