@@ -1,17 +1,18 @@
 """Robustness round 3: a careful user's first hour, on a machine without a GPU with the CUDA wheel installed. One
 test per finding of the issue, named for it, and one that holds the eager and traced paths to the same exception
-for the inputs where they differed (8).
+for the inputs where they differed (7 and 8).
 """
 import logging
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import fp8ext
-from fp8ext.testing import random_operands
+from fp8ext.testing import random_fp8, random_operands
 
 M, N, K = 32, 48, 64
 needs_kernel_queries = pytest.mark.skipif(not fp8ext.kernel_names(), reason="needs a CUDA build of fp8ext")
@@ -71,6 +72,35 @@ def test_finding11_kernel_queries_refuse_what_scaled_mm_refuses():
     assert isinstance(fp8ext.selected_kernel(64, 7168, 2048), str)
 
 
+def misaligned(t: torch.Tensor, source: str = "frombuffer", bytes_past: int = 1) -> torch.Tensor:
+    """A copy of ``t`` over foreign memory whose address is ``bytes_past`` bytes past a 16-byte boundary, with
+    storage offset 0: torch.frombuffer over a bytearray, or torch.from_numpy of a slice of a numpy array."""
+    n = t.numel() * t.element_size()
+    if source == "frombuffer":
+        buf = bytearray(n + 32)
+        base = torch.frombuffer(buf, dtype=torch.uint8).data_ptr()
+        raw = torch.frombuffer(buf, dtype=torch.uint8, offset=(16 - base % 16) % 16 + bytes_past, count=n)
+    else:
+        arr = np.zeros(n + 32, dtype=np.uint8)
+        start = (16 - arr.ctypes.data % 16) % 16 + bytes_past
+        raw = torch.from_numpy(arr[start:start + n])
+    out = raw.view(t.dtype).view(t.shape)
+    out.copy_(t)
+    assert out.storage_offset() == 0 and out.data_ptr() % 16 == bytes_past
+    return out
+
+
+AT = "the data pointer must be 16-byte aligned, got an address"  # the start of scaled_mm's and linear's message
+
+
+def test_finding07_linear_names_a_misaligned_weight():
+    x = torch.randn(4, K).bfloat16()
+    w, ws = fp8_weight()
+    with pytest.raises(RuntimeError) as info:
+        fp8ext.linear(x, misaligned(w), ws)
+    assert str(info.value) == f"fp8ext.linear: weight: {AT} 1 bytes past a 16-byte boundary (storage_offset 0)"
+
+
 class _Records(logging.Handler):
     def __init__(self):
         super().__init__(logging.ERROR)
@@ -98,7 +128,7 @@ def test_finding14_a_rejected_traced_call_logs_no_traceback():
     assert [r.getMessage() for r in records.records] == []
 
 
-# ---- finding 8: eager and traced calls raise the same exception ----
+# ---- findings 7 and 8: eager and traced calls raise the same exception ----
 
 def _scaled_mm_call(**changes):
     a, b, sa, sb = random_operands(M, N, K)
@@ -115,6 +145,21 @@ def _linear_call(**changes):
 
 
 AGREEMENT = {
+    "07_a_frombuffer": (lambda: _scaled_mm_call(a=lambda c: misaligned(c["a"])), RuntimeError,
+                        f"fp8ext.scaled_mm: a: {AT} 1 bytes past a 16-byte boundary (storage_offset 0)"),
+    "07_a_numpy_slice": (lambda: _scaled_mm_call(a=lambda c: misaligned(c["a"], "numpy", 8)), RuntimeError,
+                         f"fp8ext.scaled_mm: a: {AT} 8 bytes past a 16-byte boundary (storage_offset 0)"),
+    "07_b_view_of_numpy_slice": (
+        lambda: _scaled_mm_call(b=lambda c: misaligned(random_fp8(2 * N, K), "numpy", 4)[N:].t()),
+        RuntimeError, f"fp8ext.scaled_mm: b: {AT} 4 bytes past a 16-byte boundary (storage_offset {N * K})"),
+    "07_bias_frombuffer": (
+        lambda: _scaled_mm_call(bias=lambda c: misaligned(torch.randn(N).bfloat16(), bytes_past=2)), RuntimeError,
+        f"fp8ext.scaled_mm: bias: {AT} 2 bytes past a 16-byte boundary (storage_offset 0)"),
+    "07_aligned_offset_over_misaligned_storage": (
+        lambda: _scaled_mm_call(a=lambda c: misaligned(random_fp8(1, 2 * M * K), bytes_past=8)[0, 8:8 + M * K]
+                                .view(M, K)), None, None),
+    "07_linear_weight": (lambda: _linear_call(weight=lambda c: misaligned(c["weight"])), RuntimeError,
+                         f"fp8ext.linear: weight: {AT} 1 bytes past a 16-byte boundary (storage_offset 0)"),
     "08_a_none": (lambda: _scaled_mm_call(a=lambda c: None), RuntimeError,
                   "fp8ext.scaled_mm: a: expected a tensor, got None"),
     "08_scale_b_none": (lambda: _scaled_mm_call(scale_b=lambda c: None), RuntimeError,
@@ -156,7 +201,7 @@ def _compiled(fn, args):
 
 
 @pytest.mark.parametrize("case", list(AGREEMENT))
-def test_finding08_fake_and_compile_raise_what_eager_raises(case):
+def test_finding07_08_fake_and_compile_raise_what_eager_raises(case):
     make, error, message = AGREEMENT[case]
     fn, args = make()
     assert _eager(fn, args) == (error, message)

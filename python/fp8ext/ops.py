@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import operator
+import re
+import weakref
 from typing import Iterator, Optional
 
 import torch
-from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
 from . import _C  # noqa: F401  (loading the library registers torch.ops.fp8ext)
 
@@ -69,19 +71,92 @@ def _size_hint(s) -> int:
     return 16 if hint is None else int(hint)
 
 
-def _operand_meta(t: torch.Tensor) -> tuple[list[int], torch.dtype, torch.device]:
-    """What the C++ checks read of a tensor, in _check_scaled_mm_meta's form: ([dim, sizes..., strides...,
-    storage_offset], dtype, device)."""
-    return ([t.dim(), *map(_size_hint, t.shape), *map(_size_hint, t.stride()), _size_hint(t.storage_offset())],
-            t.dtype, t.device)
+# Per FakeTensorMode converter: (the storage id it would give next when last looked, {storage id: bytes past a
+# 16-byte boundary} of the real storages it described that start misaligned).
+_MISALIGNED_STORAGES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _run_check(check, *args) -> None:
+def _fake_storage_misalignment(t: FakeTensor) -> int:
+    # FakeTensorMode remembers which real storage each fake storage it made stands for (the mapping torch's own
+    # fake_utils.try_convert_fake_to_real reads); views made while tracing share their base's fake storage. The
+    # misaligned real storages are few: they are found once per storage described, not per call.
+    try:
+        meta = t.fake_mode.fake_tensor_converter.meta_converter
+        described = meta.describer
+        seen, misaligned = _MISALIGNED_STORAGES.get(meta, (0, {}))
+        if described.next_storage_id != seen:
+            for real, sid in described.lookup_storage.items():
+                try:
+                    bytes_past = real.data_ptr() % 16 if sid >= seen else 0
+                except RuntimeError:  # a storage without data
+                    continue
+                if bytes_past:
+                    misaligned[sid] = bytes_past
+            _MISALIGNED_STORAGES[meta] = (described.next_storage_id, misaligned)
+        if misaligned:
+            storage = t.untyped_storage()
+            for sid, bytes_past in misaligned.items():
+                if meta.storage_memo.get(sid) is storage:
+                    return bytes_past
+    except AttributeError:  # a torch whose FakeTensorMode keeps no such mapping: counted as aligned
+        pass
+    return 0
+
+
+def _storage_misalignment(t: torch.Tensor) -> int:
+    """How many bytes past a 16-byte boundary t's storage starts. 0 for the storages of torch's allocators
+    (aligned to far more), not always for tensors over foreign memory (torch.frombuffer, torch.from_numpy). A
+    fake tensor made from a real one (torch.compile's and torch.export's inputs, FakeTensorMode.from_tensor), or
+    a view of one, answers for that real storage; other fake tensors have no address and count as aligned."""
+    if isinstance(t, FakeTensor):
+        return _fake_storage_misalignment(t)
+    return t.untyped_storage().data_ptr() % 16
+
+
+def _operand_meta(t: torch.Tensor, name: str, moved: dict) -> tuple[list[int], torch.dtype, torch.device]:
+    """What the C++ checks read of a tensor, in the _check_*_meta ops' form: ([dim, sizes..., strides...,
+    storage_offset], dtype, device).
+
+    Those ops infer the address from the storage offset alone (storage_offset * element size), as if the
+    storage started 16-byte aligned. Where it does not (_storage_misalignment), the offset given is 0 or 1, so
+    that the check passes or fails exactly as the address decides, and ``moved[name]`` keeps (the address's
+    bytes past 16, the real storage offset) for _run_check to put in the message."""
+    offset = _size_hint(t.storage_offset())
+    misaligned = _storage_misalignment(t)
+    if misaligned:
+        address = (misaligned + offset * t.element_size()) % 16
+        moved[name] = (address, offset)
+        offset = 0 if address == 0 else 1  # 1 element: 1, 2, 4 or 8 bytes, never a multiple of 16
+    return ([t.dim(), *map(_size_hint, t.shape), *map(_size_hint, t.stride()), offset], t.dtype, t.device)
+
+
+def _operands_meta(names: tuple[str, ...], tensors: tuple, moved: dict) -> list:
+    """The _check_*_meta ops' arguments for these operands, None (an absent optional one) as three Nones."""
+    args = []
+    for name, t in zip(names, tensors):
+        args += (None, None, None) if t is None else _operand_meta(t, name, moved)
+    return args
+
+
+_MISALIGNED_MESSAGE = re.compile(r"(fp8ext\.\w+: (\w+): the data pointer must be 16-byte aligned, got an address )"
+                                 r"-?\d+( bytes past a 16-byte boundary \(storage_offset )-?\d+\)")
+
+
+def _run_check(check, *args, moved: Optional[dict] = None) -> None:
     """Run one of the C++ _check_*_meta ops, which read no tensors, outside FakeTensorMode: inside it (where a fake
     implementation runs), a check that raises would first be logged by FakeTensorMode at ERROR level, with a
-    traceback ("failed while attempting to run meta for ..."), before the error reaches the caller."""
-    with unset_fake_temporarily():
-        check(*args)
+    traceback ("failed while attempting to run meta for ..."), before the error reaches the caller.
+
+    An alignment error about an operand of ``moved`` (_operand_meta) gets that operand's real numbers back."""
+    try:
+        with unset_fake_temporarily():
+            check(*args)
+    except RuntimeError as e:
+        m = _MISALIGNED_MESSAGE.match(str(e))
+        if not moved or m is None or m.group(2) not in moved:
+            raise
+        address, offset = moved[m.group(2)]
+        raise RuntimeError(f"{m.group(1)}{address}{m.group(3)}{offset})") from None
 
 
 SCALED_MM_TENSORS = ("a", "b", "scale_a", "scale_b", "bias")
@@ -92,11 +167,11 @@ LINEAR_TENSORS = ("x", "weight", "weight_scale", "bias")
 def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=None, use_fast_accum=False):
     # Every check that metadata decides, by the C++ validation itself (csrc/scaled_mm_checks.cpp), so that a
     # traced call raises exactly the eager message. Only alignment differs in what it reads: the storage
-    # offset, as a traced tensor has no address.
+    # offset, and the real storage's address where the fake tensor was made from one (_operand_meta).
     _refuse_missing("fp8ext.scaled_mm", SCALED_MM_TENSORS[:4], (a, b, scale_a, scale_b))
-    bias_meta = _operand_meta(bias) if bias is not None else (None, None, None)
-    _run_check(torch.ops.fp8ext._check_scaled_mm_meta, *_operand_meta(a), *_operand_meta(b), *_operand_meta(scale_a),
-               *_operand_meta(scale_b), *bias_meta, out_dtype)
+    moved = {}
+    meta = _operands_meta(SCALED_MM_TENSORS, (a, b, scale_a, scale_b, bias), moved)
+    _run_check(torch.ops.fp8ext._check_scaled_mm_meta, *meta, out_dtype, moved=moved)
     out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
     return a.new_empty((a.size(0), b.size(1)), dtype=out_dtype)
 
@@ -128,9 +203,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bi
 def _check_linear(x, weight, weight_scale, bias) -> None:
     """The C++ validation of fp8ext.linear (csrc/linear_checks.cpp) on the arguments' metadata."""
     _refuse_missing("fp8ext.linear", LINEAR_TENSORS[:3], (x, weight, weight_scale))
-    bias_meta = _operand_meta(bias) if bias is not None else (None, None, None)
-    _run_check(torch.ops.fp8ext._check_linear_meta, *_operand_meta(x), *_operand_meta(weight),
-               *_operand_meta(weight_scale), *bias_meta)
+    moved = {}
+    meta = _operands_meta(LINEAR_TENSORS, (x, weight, weight_scale, bias), moved)
+    _run_check(torch.ops.fp8ext._check_linear_meta, *meta, moved=moved)
 
 
 @torch.library.register_fake("fp8ext::linear")
