@@ -1,6 +1,6 @@
 """Robustness round 3: a careful user's first hour, on a machine without a GPU with the CUDA wheel installed. One
 test per finding of the issue, named for it, and one that holds the eager and traced paths to the same exception
-for the inputs where they differed (7 and 8).
+for the inputs where they differed (7, 8 and 15).
 """
 import logging
 import subprocess
@@ -128,7 +128,7 @@ def test_finding14_a_rejected_traced_call_logs_no_traceback():
     assert [r.getMessage() for r in records.records] == []
 
 
-# ---- findings 7 and 8: eager and traced calls raise the same exception ----
+# ---- findings 7, 8 and 15: eager and traced calls raise the same exception ----
 
 def _scaled_mm_call(**changes):
     a, b, sa, sb = random_operands(M, N, K)
@@ -166,6 +166,9 @@ AGREEMENT = {
                         "fp8ext.scaled_mm: scale_b: expected a tensor, got None"),
     "08_linear_weight_scale_none": (lambda: _linear_call(weight_scale=lambda c: None), RuntimeError,
                                     "fp8ext.linear: weight_scale: expected a tensor, got None"),
+    "15_scale_ub_tensor": (lambda: (fp8ext.quantize_rowwise, (torch.randn(4, K), None, torch.tensor(1.0))),
+                           TypeError, "fp8ext.quantize_rowwise: scale_ub: expected a Python float or None, got a "
+                                      "tensor of shape (); pass float(scale_ub) (which reads it on the host)"),
 }
 
 
@@ -201,7 +204,7 @@ def _compiled(fn, args):
 
 
 @pytest.mark.parametrize("case", list(AGREEMENT))
-def test_finding07_08_fake_and_compile_raise_what_eager_raises(case):
+def test_finding07_08_15_fake_and_compile_raise_what_eager_raises(case):
     make, error, message = AGREEMENT[case]
     fn, args = make()
     assert _eager(fn, args) == (error, message)

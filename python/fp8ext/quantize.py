@@ -38,8 +38,10 @@ def quantize_rowwise(x: torch.Tensor, dtype: torch.dtype = E4M3,
         x: bfloat16, float16 or float32, 2-D ``[M, K]`` or 3-D ``[B, S, K]``, last dimension contiguous, K a
             positive multiple of 16. Other strides are fine (no copy is made).
         dtype: ``torch.float8_e4m3fn`` (default) or ``torch.float8_e5m2``.
-        scale_ub: optional upper bound on amax (a finite float > 0, taken in float32): values beyond
-            ``scale_ub`` saturate at FP8_MAX instead of stretching the row's scale (outliers, inf).
+        scale_ub: optional upper bound on amax (a finite Python float > 0, taken in float32): values beyond
+            ``scale_ub`` saturate at FP8_MAX instead of stretching the row's scale (outliers, inf). A tensor is
+            refused (``TypeError``), eager and traced alike: the op's schema takes a float, which a traced
+            tensor cannot become without reading its value.
 
     Returns:
         ``x_fp8``: x's shape, ``dtype``, contiguous; ``scale``: float32 of shape ``x.shape[:-1] + (1,)``. Both are
@@ -48,6 +50,11 @@ def quantize_rowwise(x: torch.Tensor, dtype: torch.dtype = E4M3,
     Not differentiable: with grad mode on, an ``x`` that requires grad is refused. Bad arguments raise
     ``RuntimeError`` naming the argument, what is accepted and what was given (traced calls raise the same).
     """
+    if isinstance(scale_ub, torch.Tensor):
+        # Eagerly, torch's argument parsing reads a one-element tensor's value for the float (a host sync for a
+        # GPU tensor); a traced tensor has no value to read, so tracing failed where the eager call ran.
+        raise TypeError(f"fp8ext.quantize_rowwise: scale_ub: expected a Python float or None, got a tensor of "
+                        f"shape {tuple(scale_ub.shape)}; pass float(scale_ub) (which reads it on the host)")
     return torch.ops.fp8ext.quantize_rowwise(x, dtype, scale_ub)
 
 
