@@ -53,6 +53,17 @@ def test_finding01_kernel_queries_refuse_empty_and_negative_shapes():
     assert lines[5].endswith("ValueError: fp8ext.selected_kernel: N = -16: expected 0 <= N <= 2^31 - 1")
 
 
+def test_finding10_quantize_blockwise_refuses_grad_on_every_path():
+    message = r"fp8ext.quantize_blockwise: x: requires grad, but fp8ext.quantize_blockwise is not differentiable"
+    for shape, block in (((256, 256), (128, 128)), ((8, 200), (1, 128)), ((8, 256), (1, 128))):
+        x = torch.randn(*shape, requires_grad=True)
+        with pytest.raises(RuntimeError, match=message):
+            fp8ext.quantize_blockwise(x, block)
+        with torch.no_grad():
+            q, s = fp8ext.quantize_blockwise(x, block)
+        assert not q.requires_grad and not s.requires_grad
+
+
 @needs_kernel_queries
 def test_finding11_kernel_queries_refuse_what_scaled_mm_refuses():
     for args, message in (((16, 40, 4096), "N = 40 is not a multiple of 16"),

@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 
 from . import _C  # noqa: F401  (loading the library registers torch.ops.fp8ext)
-from .ops import _refuse_missing, _run_check, _size_hint, scaled_mm
+from .ops import _refuse_grad, _refuse_missing, _run_check, _size_hint, scaled_mm
 
 E4M3 = torch.float8_e4m3fn
 
@@ -83,7 +83,8 @@ def quantize_blockwise(x: torch.Tensor, block: tuple[int, int] = (1, 128),
     K is a multiple of 16 with a contiguous last dimension (any row stride) go through one fused op,
     ``torch.ops.fp8ext.quantize_blockwise`` (a CUDA kernel, csrc/quantize_blockwise.cu, and a CPU path), which
     allocates only the two outputs; weights and other activations through torch ops. Both compute the same bits,
-    on any device, under ``torch.compile`` and in CUDA graphs, with no host sync. Not differentiable.
+    on any device, under ``torch.compile`` and in CUDA graphs, with no host sync. Not differentiable: with grad
+    mode on, an ``x`` that requires grad is refused (``RuntimeError``), by either path.
     """
     _refuse_missing("fp8ext.quantize_blockwise", ("x",), (x,))
     if block not in ((1, BLOCK), (BLOCK, BLOCK)):
@@ -96,6 +97,9 @@ def quantize_blockwise(x: torch.Tensor, block: tuple[int, int] = (1, 128),
         raise ValueError(f"fp8ext.quantize_blockwise: expected a 2-D tensor [R, C], got shape {list(x.shape)}")
     if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise ValueError(f"fp8ext.quantize_blockwise: expected a bfloat16, float16 or float32 tensor, got {x.dtype}")
+    if torch.is_grad_enabled():
+        # The fused op's autograd guard refuses it; the torch ops of the other path would record a backward.
+        _refuse_grad("fp8ext.quantize_blockwise", ("x",), (x,))
     if block == (1, BLOCK) and _fused_groups(x):
         return torch.ops.fp8ext.quantize_blockwise(x, dtype)
     return _quantize_blocks_composed(x, block, dtype)
