@@ -9,11 +9,13 @@ import sys
 import numpy as np
 import pytest
 import torch
+from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import fp8ext
 from fp8ext.testing import random_fp8, random_operands
 
+E4M3 = torch.float8_e4m3fn
 M, N, K = 32, 48, 64
 needs_kernel_queries = pytest.mark.skipif(not fp8ext.kernel_names(), reason="needs a CUDA build of fp8ext")
 
@@ -51,6 +53,27 @@ def test_finding01_kernel_queries_refuse_empty_and_negative_shapes():
         assert line.endswith(empty), line
     assert lines[4].endswith("ValueError: fp8ext.selected_kernel: M = -16: expected 0 <= M <= 2^31 - 1")
     assert lines[5].endswith("ValueError: fp8ext.selected_kernel: N = -16: expected 0 <= N <= 2^31 - 1")
+
+
+def test_finding05_dtype_cast_of_converted_model_keeps_the_fp8_weight():
+    model = nn.Sequential(nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 32)).bfloat16()
+    fp8ext.convert(model)
+    x = torch.randn(3, 64).bfloat16()
+    weights = [(m.weight.view(torch.uint8).clone(), m.weight_scale.clone()) for m in (model[0], model[2])]
+    with torch.no_grad():
+        want = model(x)
+    # Casts that hold the bias exactly (bf16 to wider), then one that may round it.
+    for cast in (lambda m: m.to(torch.bfloat16), lambda m: m.float(), lambda m: m.double(),
+                 lambda m: m.to("cpu", torch.float32), lambda m: m.half()):
+        with torch.no_grad():
+            assert torch.equal(model(x), want)
+        cast(model)
+        for m, (w, s) in zip((model[0], model[2]), weights):
+            assert m.weight.dtype == E4M3 and torch.equal(m.weight.view(torch.uint8), w)
+            assert m.weight_scale.dtype == torch.float32 and torch.equal(m.weight_scale, s)
+    assert model[0].bias.dtype == torch.float16  # the bias follows the casts
+    with torch.no_grad():
+        assert model(x.half()).dtype == torch.float16
 
 
 def test_finding10_quantize_blockwise_refuses_grad_on_every_path():

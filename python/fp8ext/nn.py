@@ -53,6 +53,9 @@ class Float8Linear(nn.Module):
     shape ``x.shape[:-1] + (N,)``. ``weight``, ``weight_scale`` (float32 ``[N]``) and ``bias`` (in the dtype of
     the layer it came from) are parameters without grad, so ``state_dict()`` / ``load_state_dict()`` and
     ``.to(device)`` carry them. Inference only: call it under ``torch.no_grad()`` or ``torch.inference_mode()``.
+
+    A dtype cast of the module (``.to(torch.bfloat16)``, ``.half()``, ``.float()``, ...) casts the bias only: the
+    FP8 weight and its float32 scale keep their dtypes (and follow device moves).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, use_fast_accum: bool = True,
@@ -93,6 +96,23 @@ class Float8Linear(nn.Module):
             if bias is not None:
                 module.bias.copy_(bias.detach())
         return module
+
+    def _apply(self, fn, recurse=True):
+        # nn.Module's dtype casts (.to(dtype), .half(), .bfloat16(), .float(), .double(), .type()) convert every
+        # floating-point parameter, and FP8 counts as one: the weight would leave FP8 (which the forward refuses)
+        # and weight_scale would be rounded. As torchao's FP8 weights (tensor subclasses) do, the quantized
+        # weight and its scale keep their dtypes through a cast, which the rest of the model takes: that is how a
+        # converted model, with its embeddings and norms, is run in another dtype; refusing the cast would leave
+        # no way to. Device moves and every other fn apply to them as usual.
+        quantized = (self.weight, self.weight_scale)
+
+        def keep_quantized_dtypes(t):
+            if t is not quantized[0] and t is not quantized[1]:
+                return fn(t)
+            probe = fn(t.new_empty(0))  # what fn does to this dtype and device, without converting the weight
+            return fn(t) if probe.dtype == t.dtype else t.to(device=probe.device)
+
+        return super()._apply(keep_quantized_dtypes, recurse)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype not in _FLOAT_DTYPES:
