@@ -13,6 +13,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import fp8ext
+from fp8ext.nn import Float8Linear
 from fp8ext.testing import random_fp8, random_operands
 
 E4M3 = torch.float8_e4m3fn
@@ -74,6 +75,57 @@ def test_finding05_dtype_cast_of_converted_model_keeps_the_fp8_weight():
     assert model[0].bias.dtype == torch.float16  # the bias follows the casts
     with torch.no_grad():
         assert model(x.half()).dtype == torch.float16
+
+
+def test_finding06_convert_keeps_ties_or_leaves_the_tied_layer():
+    class TiedLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(32, 64)
+            self.proj = nn.Linear(64, 64)
+            self.lm_head = nn.Linear(64, 32, bias=False)
+            self.lm_head.weight = self.embed.weight
+
+        def forward(self, ids):
+            return self.lm_head(self.proj(self.embed(ids)))
+
+    model = TiedLM().bfloat16()
+    report = fp8ext.convert(model, skip_lm_head=False)
+    assert [n for n, _ in report.swapped] == ["proj"]
+    assert dict(report.skipped)["lm_head"] == ("weight shared with embed.weight, which stays as it is (swapping "
+                                               "would untie them; give the layer its own copy to swap it)")
+    assert model.lm_head.weight is model.embed.weight
+
+    class TwoHeads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(64, 32), nn.Linear(64, 32)
+            self.b.weight = self.a.weight  # one Parameter, two layers (their biases are their own)
+
+        def forward(self, x):
+            return self.a(x) + self.b(x)
+
+    def converted():
+        m = TwoHeads().bfloat16()
+        return m, fp8ext.convert(m)
+
+    model, report = converted()
+    assert isinstance(model.a, Float8Linear) and isinstance(model.b, Float8Linear)
+    assert model.a.weight is model.b.weight and model.a.weight_scale is model.b.weight_scale
+    assert model.a.bias is not model.b.bias
+    assert report.tied == [["a.weight", "b.weight"]] and "1 tied parameters kept tied" in str(report)
+    # A state dict round trip into another converted copy: the same bits, and still one weight.
+    other, _ = converted()
+    other.load_state_dict(model.state_dict())
+    assert other.a.weight is other.b.weight
+    x = torch.randn(5, 64).bfloat16()
+    with torch.no_grad():
+        assert torch.equal(other(x), model(x))
+    # A Linear that filter_fn keeps holds the weight: the other stays too.
+    model = TwoHeads().bfloat16()
+    report = fp8ext.convert(model, filter_fn=lambda m, name: name != "a")
+    assert report.swapped == [] and model.a.weight is model.b.weight
+    assert dict(report.skipped)["b"].startswith("weight shared with a.weight, which stays as it is")
 
 
 def test_finding10_quantize_blockwise_refuses_grad_on_every_path():

@@ -210,16 +210,20 @@ class SiblingLinear(nn.Module):
 
 @dataclasses.dataclass
 class ConvertReport:
-    """What fp8ext.convert did: ``swapped`` [(name, (N, K))] and ``skipped`` [(name, reason)], in module order, and
-    ``fused`` [(names, (N, K))]: the sibling groups run as one GEMM (fuse_siblings=True)."""
+    """What fp8ext.convert did: ``swapped`` [(name, (N, K))] and ``skipped`` [(name, reason)], in module order,
+    ``fused`` [(names, (N, K))]: the sibling groups run as one GEMM (fuse_siblings=True), and ``tied`` [names]:
+    each a parameter that several swapped layers shared (a weight, or a bias) under those names, still one
+    parameter after the swap (a weight with its weight_scale)."""
 
     swapped: list = dataclasses.field(default_factory=list)
     skipped: list = dataclasses.field(default_factory=list)
     fused: list = dataclasses.field(default_factory=list)
+    tied: list = dataclasses.field(default_factory=list)
 
     def __str__(self) -> str:
         lines = [f"fp8ext.convert: {len(self.swapped)} Linear layers now FP8, {len(self.skipped)} skipped"
-                 + (f", {len(self.fused)} sibling groups fused" if self.fused else "")]
+                 + (f", {len(self.fused)} sibling groups fused" if self.fused else "")
+                 + (f", {len(self.tied)} tied parameters kept tied" if self.tied else "")]
         lines += [f"  skipped {name}: {reason}" for name, reason in self.skipped]
         return "\n".join(lines)
 
@@ -237,6 +241,39 @@ def _skip_reason(module: nn.Linear, name: str, filter_fn, skip_lm_head: bool) ->
     if module.weight.device.type == "meta":
         return "weight on the meta device (load the weights first)"
     return _shape_problem(module.in_features, module.out_features)
+
+
+def _shared_parameters(model: nn.Module) -> dict[int, list[tuple[str, nn.Module]]]:
+    """The parameters that more than one module holds (tied weights): {id: [(name, holding module), ...]}."""
+    holders: dict[int, list[tuple[str, nn.Module]]] = {}
+    for module_name, module in model.named_modules(remove_duplicate=False):
+        for name, p in module._parameters.items():
+            if p is not None:
+                holders.setdefault(id(p), []).append((f"{module_name}.{name}" if module_name else name, module))
+    return {pid: held for pid, held in holders.items() if len({id(m) for _, m in held}) > 1}
+
+
+def _untying_reasons(model: nn.Module, shared: dict, filter_fn, skip_lm_head: bool) -> dict[int, str]:
+    """{id(layer): why it stays} for the Linears that would be swapped but share a parameter with a module that
+    stays as it is (an nn.Embedding, a skipped Linear): a Float8Linear has its own FP8 copy, so swapping one of
+    them would untie the two silently (and tying them again later would hand the Float8Linear a float weight)."""
+    swappable = {}
+    for name, module in model.named_modules(remove_duplicate=False):
+        if name and isinstance(module, nn.Linear) and id(module) not in swappable:
+            swappable[id(module)] = _skip_reason(module, name, filter_fn, skip_lm_head) is None
+    reasons: dict[int, str] = {}
+    changed = True
+    while changed:  # a layer kept for its tie keeps the layers tied to it in turn
+        changed = False
+        for held in shared.values():
+            stays = [n for n, m in held if not swappable.get(id(m)) or id(m) in reasons]
+            for name, module in held:
+                if stays and swappable.get(id(module)) and id(module) not in reasons:
+                    reasons[id(module)] = (f"{name.rpartition('.')[2]} shared with {', '.join(stays)}, which "
+                                           "stays as it is (swapping would untie them; give the layer its own copy "
+                                           "to swap it)")
+                    changed = True
+    return reasons
 
 
 def _sibling_groups(model: nn.Module, eligible: set[int], uses: dict[int, int]) -> list[tuple[str, list]]:
@@ -267,6 +304,11 @@ def convert(model: nn.Module, filter_fn: Optional[Callable[[nn.Module, str], boo
     ``lm_head``. A layer reachable under several names (shared) becomes one Float8Linear at all of them. The
     model itself is never replaced (``Float8Linear.from_linear`` converts a bare Linear).
 
+    Tied parameters stay tied. Swapped layers that shared a weight share the FP8 weight and its scale (a bias
+    likewise), listed in ``tied``. A layer that shares a parameter with a module that is not swapped (the
+    ``lm_head`` tied to the token embedding, a Linear that ``filter_fn`` keeps) stays as it is, with the reason in
+    ``skipped``: a Float8Linear holds its own FP8 copy, which would untie them.
+
     With ``fuse_siblings=True``, sibling layers that would all be swapped (SIBLING_GROUPS: q/k/v and gate/up
     children of one module, same in_features, used nowhere else) become one FusedSiblings group: one quantize and
     one GEMM per input instead of one each, for the models whose siblings read the same, unchanged input (see
@@ -275,13 +317,17 @@ def convert(model: nn.Module, filter_fn: Optional[Callable[[nn.Module, str], boo
     """
     report = ConvertReport()
     converted: dict[int, nn.Module] = {}
+    shared = _shared_parameters(model)
+    untying = _untying_reasons(model, shared, filter_fn, skip_lm_head) if shared else {}
+    swapped_parameters: dict[int, tuple] = {}
     if fuse_siblings:
         uses: dict[int, int] = {}
         eligible: set[int] = set()
         for name, module in model.named_modules(remove_duplicate=False):
             uses[id(module)] = uses.get(id(module), 0) + 1
-            if name and isinstance(module, nn.Linear) and _skip_reason(module, name, filter_fn, skip_lm_head) is None:
-                eligible.add(id(module))
+            if (name and isinstance(module, nn.Linear) and _skip_reason(module, name, filter_fn, skip_lm_head) is None
+                    and not any(id(p) in shared for p in module.parameters(recurse=False))):
+                eligible.add(id(module))  # a fused weight is a copy: layers with tied parameters are not fused
         for parent_name, members in _sibling_groups(model, eligible, uses):
             layers = [m for _, m in members]
             with torch.no_grad():
@@ -301,12 +347,28 @@ def convert(model: nn.Module, filter_fn: Optional[Callable[[nn.Module, str], boo
             report.skipped.append((name, "the model itself is an nn.Linear: use Float8Linear.from_linear"))
             continue
         if id(module) not in converted:
-            reason = _skip_reason(module, name, filter_fn, skip_lm_head)
+            reason = _skip_reason(module, name, filter_fn, skip_lm_head) or untying.get(id(module))
             if reason is not None:
                 report.skipped.append((name, reason))
                 continue
-            converted[id(module)] = Float8Linear.from_linear(module, use_fast_accum=use_fast_accum)
+            converted[id(module)] = _swap(module, use_fast_accum, shared, swapped_parameters)
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name), child, converted[id(module)])
         report.swapped.append((name, (module.out_features, module.in_features)))
+    report.tied = [[n for n, _ in shared[pid]] for pid in swapped_parameters]
     return report
+
+
+def _swap(linear: nn.Linear, use_fast_accum: bool, shared: dict, swapped_parameters: dict) -> Float8Linear:
+    """Float8Linear.from_linear, with the parameters that ``linear`` shares with layers swapped before it taken
+    from theirs: {id(original parameter): its Float8Linear parameters} in ``swapped_parameters``."""
+    f8 = Float8Linear.from_linear(linear, use_fast_accum=use_fast_accum)
+    for original, names in ((linear.weight, ("weight", "weight_scale")), (linear.bias, ("bias",))):
+        if original is None or id(original) not in shared:
+            continue
+        if id(original) in swapped_parameters:
+            for name, p in zip(names, swapped_parameters[id(original)]):
+                setattr(f8, name, p)
+        else:
+            swapped_parameters[id(original)] = tuple(getattr(f8, name) for name in names)
+    return f8
