@@ -158,6 +158,23 @@ def test_finding11_kernel_queries_refuse_what_scaled_mm_refuses():
     assert isinstance(fp8ext.selected_kernel(64, 7168, 2048), str)
 
 
+def test_finding12_float8linear_sizes_and_the_bias_dtype_of_a_round_trip():
+    for sizes, message in (((-16, 64), "in_features = -16"), ((64, -32), "out_features = -32")):
+        with pytest.raises(ValueError, match=f"fp8ext.Float8Linear: {message} is not a positive multiple of 16"):
+            Float8Linear(*sizes)
+    layer = nn.Linear(64, 32)
+    with torch.no_grad():
+        layer.bias.normal_()
+    f8 = Float8Linear.from_linear(layer)
+    assert f8.bias.dtype == torch.float32 and torch.equal(f8.bias, layer.bias)
+    fresh = Float8Linear(64, 32)  # bias_dtype left at its default, bfloat16
+    fresh.load_state_dict(f8.state_dict())
+    assert fresh.bias.dtype == torch.float32 and torch.equal(fresh.bias, layer.bias)
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        assert torch.equal(fresh(x), f8(x))
+
+
 def misaligned(t: torch.Tensor, source: str = "frombuffer", bytes_past: int = 1) -> torch.Tensor:
     """A copy of ``t`` over foreign memory whose address is ``bytes_past`` bytes past a 16-byte boundary, with
     storage offset 0: torch.frombuffer over a bytearray, or torch.from_numpy of a slice of a numpy array."""

@@ -38,9 +38,9 @@ def _fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tenso
 
 def _shape_problem(in_features: int, out_features: int) -> Optional[str]:
     """Why fp8ext.scaled_mm cannot take this layer's shape, or None."""
-    if in_features % 16 or in_features == 0:
+    if in_features <= 0 or in_features % 16:
         return f"in_features = {in_features} is not a positive multiple of 16"
-    if out_features % 16 or out_features == 0:
+    if out_features <= 0 or out_features % 16:
         return f"out_features = {out_features} is not a positive multiple of 16"
     return None
 
@@ -55,7 +55,9 @@ class Float8Linear(nn.Module):
     ``.to(device)`` carry them. Inference only: call it under ``torch.no_grad()`` or ``torch.inference_mode()``.
 
     A dtype cast of the module (``.to(torch.bfloat16)``, ``.half()``, ``.float()``, ...) casts the bias only: the
-    FP8 weight and its float32 scale keep their dtypes (and follow device moves).
+    FP8 weight and its float32 scale keep their dtypes (and follow device moves). ``load_state_dict()`` takes the
+    checkpoint's bias dtype, whatever ``bias_dtype`` the layer was built with, so that a round trip is bit for
+    bit.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, use_fast_accum: bool = True,
@@ -113,6 +115,15 @@ class Float8Linear(nn.Module):
             return fn(t) if probe.dtype == t.dtype else t.to(device=probe.device)
 
         return super()._apply(keep_quantized_dtypes, recurse)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        bias = state_dict.get(prefix + "bias")
+        if (self.bias is not None and isinstance(bias, torch.Tensor) and bias.dtype in _FLOAT_DTYPES
+                and bias.dtype != self.bias.dtype):
+            # The checkpoint's bias dtype (from_linear keeps its layer's), not a rounding to this one's; .data keeps
+            # the Parameter itself, and any tie to it.
+            self.bias.data = torch.empty_like(self.bias, dtype=bias.dtype)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype not in _FLOAT_DTYPES:
