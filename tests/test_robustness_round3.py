@@ -173,6 +173,10 @@ def test_finding12_float8linear_sizes_and_the_bias_dtype_of_a_round_trip():
     x = torch.randn(3, 64)
     with torch.no_grad():
         assert torch.equal(fresh(x), f8(x))
+    # A state dict whose weight is not FP8 (the unconverted model's) is refused, not cast to FP8 without a scale.
+    with pytest.raises(RuntimeError, match=r"fp8ext.Float8Linear: weight: expected dtype torch.float8_e4m3fn in "
+                                           r"the state dict, got torch.float32"):
+        fresh.load_state_dict(layer.state_dict(), strict=False)
 
 
 def misaligned(t: torch.Tensor, source: str = "frombuffer", bytes_past: int = 1) -> torch.Tensor:

@@ -57,7 +57,8 @@ class Float8Linear(nn.Module):
     A dtype cast of the module (``.to(torch.bfloat16)``, ``.half()``, ``.float()``, ...) casts the bias only: the
     FP8 weight and its float32 scale keep their dtypes (and follow device moves). ``load_state_dict()`` takes the
     checkpoint's bias dtype, whatever ``bias_dtype`` the layer was built with, so that a round trip is bit for
-    bit.
+    bit; it refuses a weight that is not float8_e4m3fn or a weight_scale that is not float32, which ``copy_``
+    would otherwise convert (a bfloat16 weight to FP8 without its scale).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, use_fast_accum: bool = True,
@@ -117,6 +118,12 @@ class Float8Linear(nn.Module):
         return super()._apply(keep_quantized_dtypes, recurse)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        for name, dtype, hint in (("weight", E4M3, "; load the unconverted model's state dict before "
+                                                   "fp8ext.convert(), not after"), ("weight_scale", torch.float32, "")):
+            t = state_dict.get(prefix + name)
+            if isinstance(t, torch.Tensor) and t.dtype != dtype:
+                raise RuntimeError(f"fp8ext.Float8Linear: {prefix}{name}: expected dtype {dtype} in the state dict, "
+                                   f"got {t.dtype}{hint}")
         bias = state_dict.get(prefix + "bias")
         if (self.bias is not None and isinstance(bias, torch.Tensor) and bias.dtype in _FLOAT_DTYPES
                 and bias.dtype != self.bias.dtype):
