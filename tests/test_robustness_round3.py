@@ -179,6 +179,20 @@ def test_finding12_float8linear_sizes_and_the_bias_dtype_of_a_round_trip():
         fresh.load_state_dict(layer.state_dict(), strict=False)
 
 
+def test_finding13_f8f8bf16_rowwise_names_bad_arguments_with_value_error():
+    xq, xs = fp8ext.quantize_rowwise(torch.randn(17, K).bfloat16())
+    wq, ws = fp8_weight()
+    for kwargs, message in (({"bias": torch.zeros(N + 16, dtype=torch.bfloat16)},
+                             r"bias: expected shape \(N,\) with N = 48, got \(64,\)"),
+                            ({"bias": torch.zeros(1, N, dtype=torch.bfloat16)},
+                             r"bias: expected shape \(N,\) with N = 48, got \(1, 48\)"),
+                            ({"XQ": xq.bfloat16()}, "XQ: expected dtype torch.float8_e4m3fn or torch.float8_e5m2, "
+                                                    "got torch.bfloat16")):
+        args = {"XQ": xq, "WQ": wq, "x_scale": xs.view(-1), "w_scale": ws, **kwargs}
+        with pytest.raises(ValueError, match="fp8ext.f8f8bf16_rowwise: " + message):
+            fp8ext.f8f8bf16_rowwise(**args)
+
+
 def misaligned(t: torch.Tensor, source: str = "frombuffer", bytes_past: int = 1) -> torch.Tensor:
     """A copy of ``t`` over foreign memory whose address is ``bytes_past`` bytes past a 16-byte boundary, with
     storage offset 0: torch.frombuffer over a bytearray, or torch.from_numpy of a slice of a numpy array."""

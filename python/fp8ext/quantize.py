@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 
 from . import _C  # noqa: F401  (loading the library registers torch.ops.fp8ext)
-from .ops import _refuse_grad, _refuse_missing, _run_check, _size_hint, scaled_mm
+from .ops import FP8_DTYPES, _refuse_grad, _refuse_missing, _run_check, _size_hint, scaled_mm
 
 E4M3 = torch.float8_e4m3fn
 
@@ -160,6 +160,10 @@ def _check(cond: bool, arg: str, message: str) -> None:
         raise ValueError(f"fp8ext.f8f8bf16_rowwise: {arg}: {message}")
 
 
+def _check_device(t: torch.Tensor, arg: str, device: torch.device) -> None:
+    _check(t.device == device, arg, f"expected a tensor on {device} (the device of XQ), got one on {t.device}")
+
+
 def _scale_vector(scale: torch.Tensor, arg: str, length: int, shapes: tuple, accepted: str) -> torch.Tensor:
     _check(scale.dtype == torch.float32, arg, f"expected dtype torch.float32, got {scale.dtype}")
     _check(tuple(scale.shape) in shapes, arg, f"expected shape {accepted}, got {tuple(scale.shape)}")
@@ -186,21 +190,28 @@ def f8f8bf16_rowwise(XQ: torch.Tensor, WQ: torch.Tensor, x_scale: torch.Tensor, 
     Returns:
         The ``[M, N]`` bfloat16 result (``output`` itself if given).
 
-    Shape, dtype and device mistakes of the arguments above raise ``ValueError`` naming the argument; the rest
-    (K or N not a multiple of 16, alignment) raise fp8ext.scaled_mm's RuntimeError, where ``a`` is XQ and ``b`` is
-    ``WQ.t()``.
+    A wrong rank, shape, dtype or device of any argument above raises ``ValueError`` naming it (XQ and WQ may
+    also be float8_e5m2, as fp8ext.scaled_mm allows); the rest (K or N not a multiple of 16, both operands e5m2,
+    strides, alignment) raise fp8ext.scaled_mm's RuntimeError, where ``a`` is XQ and ``b`` is ``WQ.t()``.
     """
+    for name, t in (("XQ", XQ), ("WQ", WQ)):
+        _check(t.dtype in FP8_DTYPES, name, f"expected dtype torch.float8_e4m3fn or torch.float8_e5m2, got {t.dtype}")
     _check(XQ.dim() == 2, "XQ", f"expected a 2-D tensor [M, K], got shape {tuple(XQ.shape)}")
     _check(WQ.dim() == 2, "WQ", f"expected a 2-D tensor [N, K] (the weight as stored, not transposed), "
                                 f"got shape {tuple(WQ.shape)}")
     (M, K), N = XQ.shape, WQ.shape[0]
     _check(WQ.shape[1] == K, "WQ", f"expected shape [N, K] with K = {K} (XQ is {list(XQ.shape)}), "
                                    f"got {list(WQ.shape)}")
+    _check_device(WQ, "WQ", XQ.device)
     sa = _scale_vector(x_scale, "x_scale", M, ((M,), (M, 1)), f"(M,) or (M, 1) with M = {M}")
     sb = _scale_vector(w_scale, "w_scale", N, ((N,), (1, N), (N, 1)), f"(N,), (1, N) or (N, 1) with N = {N}")
+    _check_device(x_scale, "x_scale", XQ.device)
+    _check_device(w_scale, "w_scale", XQ.device)
     if bias is not None:
         _check(bias.dtype in (torch.bfloat16, torch.float32), "bias",
                f"expected dtype torch.bfloat16 or torch.float32, got {bias.dtype}")
+        _check(tuple(bias.shape) == (N,), "bias", f"expected shape (N,) with N = {N}, got {tuple(bias.shape)}")
+        _check_device(bias, "bias", XQ.device)
         bias = bias.to(torch.bfloat16)
     if output is not None:
         _check(tuple(output.shape) == (M, N) and output.dtype == torch.bfloat16 and output.device == XQ.device,
