@@ -235,6 +235,9 @@ CASES = [
     Case("bias_requires_grad", "bias requires grad (grad mode on)", _requires_grad("bias"),
          P + "bias: requires grad, but fp8ext.scaled_mm is not differentiable (it has no backward). Call it "
              "under torch.no_grad() or torch.inference_mode(), or pass bias.detach()"),
+    Case("a_none", "a is None (outside inference_mode)", _with(a=lambda d, a: None), P + "a: expected a tensor, got None"),
+    Case("scale_b_none", "scale_b is None (outside inference_mode)", _with(scale_b=lambda d, a: None),
+         P + "scale_b: expected a tensor, got None"),
     # Device mismatches need a GPU.
     Case("b_on_cpu", "b on the CPU while a is on the GPU", _with(b=lambda d, a: fp8(N, K).t()),
          P + "b: expected a tensor on cuda:0 (the device of a), got one on cpu", gpu_only=True),

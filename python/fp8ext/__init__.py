@@ -3,7 +3,9 @@
     import fp8ext
     out = fp8ext.scaled_mm(a, w.t(), scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, use_fast_accum=True)
 
-The same op is `torch.ops.fp8ext.scaled_mm` (torch.compile, CUDA graphs and torch.library.opcheck work with it).
+The same op is `torch.ops.fp8ext.scaled_mm` (torch.compile and CUDA graphs work with it; of
+torch.library.opcheck's tests it passes test_faketensor, test_autograd_registration and test_aot_dispatch_dynamic,
+not test_schema, which compares the inputs before and after with torch.allclose, and that has no FP8 kernel).
 
 From a bf16 model to FP8 (docs/model_path.md): `fp8ext.convert(model)` swaps its nn.Linear layers for
 `fp8ext.nn.Float8Linear`, built on `fp8ext.linear` (`torch.ops.fp8ext.linear`: `fp8ext.quantize_rowwise`, also

@@ -38,9 +38,9 @@ def _fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tenso
 
 def _shape_problem(in_features: int, out_features: int) -> Optional[str]:
     """Why fp8ext.scaled_mm cannot take this layer's shape, or None."""
-    if in_features % 16 or in_features == 0:
+    if in_features <= 0 or in_features % 16:
         return f"in_features = {in_features} is not a positive multiple of 16"
-    if out_features % 16 or out_features == 0:
+    if out_features <= 0 or out_features % 16:
         return f"out_features = {out_features} is not a positive multiple of 16"
     return None
 
@@ -53,6 +53,12 @@ class Float8Linear(nn.Module):
     shape ``x.shape[:-1] + (N,)``. ``weight``, ``weight_scale`` (float32 ``[N]``) and ``bias`` (in the dtype of
     the layer it came from) are parameters without grad, so ``state_dict()`` / ``load_state_dict()`` and
     ``.to(device)`` carry them. Inference only: call it under ``torch.no_grad()`` or ``torch.inference_mode()``.
+
+    A dtype cast of the module (``.to(torch.bfloat16)``, ``.half()``, ``.float()``, ...) casts the bias only: the
+    FP8 weight and its float32 scale keep their dtypes (and follow device moves). ``load_state_dict()`` takes the
+    checkpoint's bias dtype, whatever ``bias_dtype`` the layer was built with, so that a round trip is bit for
+    bit; it refuses a weight that is not float8_e4m3fn or a weight_scale that is not float32, which ``copy_``
+    would otherwise convert (a bfloat16 weight to FP8 without its scale).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, use_fast_accum: bool = True,
@@ -93,6 +99,38 @@ class Float8Linear(nn.Module):
             if bias is not None:
                 module.bias.copy_(bias.detach())
         return module
+
+    def _apply(self, fn, recurse=True):
+        # nn.Module's dtype casts (.to(dtype), .half(), .bfloat16(), .float(), .double(), .type()) convert every
+        # floating-point parameter, and FP8 counts as one: the weight would leave FP8 (which the forward refuses)
+        # and weight_scale would be rounded. As torchao's FP8 weights (tensor subclasses) do, the quantized
+        # weight and its scale keep their dtypes through a cast, which the rest of the model takes: that is how a
+        # converted model, with its embeddings and norms, is run in another dtype; refusing the cast would leave
+        # no way to. Device moves and every other fn apply to them as usual.
+        quantized = (self.weight, self.weight_scale)
+
+        def keep_quantized_dtypes(t):
+            if t is not quantized[0] and t is not quantized[1]:
+                return fn(t)
+            probe = fn(t.new_empty(0))  # what fn does to this dtype and device, without converting the weight
+            return fn(t) if probe.dtype == t.dtype else t.to(device=probe.device)
+
+        return super()._apply(keep_quantized_dtypes, recurse)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        for name, dtype, hint in (("weight", E4M3, "; load the unconverted model's state dict before "
+                                                   "fp8ext.convert(), not after"), ("weight_scale", torch.float32, "")):
+            t = state_dict.get(prefix + name)
+            if isinstance(t, torch.Tensor) and t.dtype != dtype:
+                raise RuntimeError(f"fp8ext.Float8Linear: {prefix}{name}: expected dtype {dtype} in the state dict, "
+                                   f"got {t.dtype}{hint}")
+        bias = state_dict.get(prefix + "bias")
+        if (self.bias is not None and isinstance(bias, torch.Tensor) and bias.dtype in _FLOAT_DTYPES
+                and bias.dtype != self.bias.dtype):
+            # The checkpoint's bias dtype (from_linear keeps its layer's), not a rounding to this one's; .data keeps
+            # the Parameter itself, and any tie to it.
+            self.bias.data = torch.empty_like(self.bias, dtype=bias.dtype)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype not in _FLOAT_DTYPES:
@@ -190,16 +228,20 @@ class SiblingLinear(nn.Module):
 
 @dataclasses.dataclass
 class ConvertReport:
-    """What fp8ext.convert did: ``swapped`` [(name, (N, K))] and ``skipped`` [(name, reason)], in module order, and
-    ``fused`` [(names, (N, K))]: the sibling groups run as one GEMM (fuse_siblings=True)."""
+    """What fp8ext.convert did: ``swapped`` [(name, (N, K))] and ``skipped`` [(name, reason)], in module order,
+    ``fused`` [(names, (N, K))]: the sibling groups run as one GEMM (fuse_siblings=True), and ``tied`` [names]:
+    each a parameter that several swapped layers shared (a weight, or a bias) under those names, still one
+    parameter after the swap (a weight with its weight_scale)."""
 
     swapped: list = dataclasses.field(default_factory=list)
     skipped: list = dataclasses.field(default_factory=list)
     fused: list = dataclasses.field(default_factory=list)
+    tied: list = dataclasses.field(default_factory=list)
 
     def __str__(self) -> str:
         lines = [f"fp8ext.convert: {len(self.swapped)} Linear layers now FP8, {len(self.skipped)} skipped"
-                 + (f", {len(self.fused)} sibling groups fused" if self.fused else "")]
+                 + (f", {len(self.fused)} sibling groups fused" if self.fused else "")
+                 + (f", {len(self.tied)} tied parameters kept tied" if self.tied else "")]
         lines += [f"  skipped {name}: {reason}" for name, reason in self.skipped]
         return "\n".join(lines)
 
@@ -217,6 +259,39 @@ def _skip_reason(module: nn.Linear, name: str, filter_fn, skip_lm_head: bool) ->
     if module.weight.device.type == "meta":
         return "weight on the meta device (load the weights first)"
     return _shape_problem(module.in_features, module.out_features)
+
+
+def _shared_parameters(model: nn.Module) -> dict[int, list[tuple[str, nn.Module]]]:
+    """The parameters that more than one module holds (tied weights): {id: [(name, holding module), ...]}."""
+    holders: dict[int, list[tuple[str, nn.Module]]] = {}
+    for module_name, module in model.named_modules(remove_duplicate=False):
+        for name, p in module._parameters.items():
+            if p is not None:
+                holders.setdefault(id(p), []).append((f"{module_name}.{name}" if module_name else name, module))
+    return {pid: held for pid, held in holders.items() if len({id(m) for _, m in held}) > 1}
+
+
+def _untying_reasons(model: nn.Module, shared: dict, filter_fn, skip_lm_head: bool) -> dict[int, str]:
+    """{id(layer): why it stays} for the Linears that would be swapped but share a parameter with a module that
+    stays as it is (an nn.Embedding, a skipped Linear): a Float8Linear has its own FP8 copy, so swapping one of
+    them would untie the two silently (and tying them again later would hand the Float8Linear a float weight)."""
+    swappable = {}
+    for name, module in model.named_modules(remove_duplicate=False):
+        if name and isinstance(module, nn.Linear) and id(module) not in swappable:
+            swappable[id(module)] = _skip_reason(module, name, filter_fn, skip_lm_head) is None
+    reasons: dict[int, str] = {}
+    changed = True
+    while changed:  # a layer kept for its tie keeps the layers tied to it in turn
+        changed = False
+        for held in shared.values():
+            stays = [n for n, m in held if not swappable.get(id(m)) or id(m) in reasons]
+            for name, module in held:
+                if stays and swappable.get(id(module)) and id(module) not in reasons:
+                    reasons[id(module)] = (f"{name.rpartition('.')[2]} shared with {', '.join(stays)}, which "
+                                           "stays as it is (swapping would untie them; give the layer its own copy "
+                                           "to swap it)")
+                    changed = True
+    return reasons
 
 
 def _sibling_groups(model: nn.Module, eligible: set[int], uses: dict[int, int]) -> list[tuple[str, list]]:
@@ -247,6 +322,11 @@ def convert(model: nn.Module, filter_fn: Optional[Callable[[nn.Module, str], boo
     ``lm_head``. A layer reachable under several names (shared) becomes one Float8Linear at all of them. The
     model itself is never replaced (``Float8Linear.from_linear`` converts a bare Linear).
 
+    Tied parameters stay tied. Swapped layers that shared a weight share the FP8 weight and its scale (a bias
+    likewise), listed in ``tied``. A layer that shares a parameter with a module that is not swapped (the
+    ``lm_head`` tied to the token embedding, a Linear that ``filter_fn`` keeps) stays as it is, with the reason in
+    ``skipped``: a Float8Linear holds its own FP8 copy, which would untie them.
+
     With ``fuse_siblings=True``, sibling layers that would all be swapped (SIBLING_GROUPS: q/k/v and gate/up
     children of one module, same in_features, used nowhere else) become one FusedSiblings group: one quantize and
     one GEMM per input instead of one each, for the models whose siblings read the same, unchanged input (see
@@ -255,13 +335,17 @@ def convert(model: nn.Module, filter_fn: Optional[Callable[[nn.Module, str], boo
     """
     report = ConvertReport()
     converted: dict[int, nn.Module] = {}
+    shared = _shared_parameters(model)
+    untying = _untying_reasons(model, shared, filter_fn, skip_lm_head) if shared else {}
+    swapped_parameters: dict[int, tuple] = {}
     if fuse_siblings:
         uses: dict[int, int] = {}
         eligible: set[int] = set()
         for name, module in model.named_modules(remove_duplicate=False):
             uses[id(module)] = uses.get(id(module), 0) + 1
-            if name and isinstance(module, nn.Linear) and _skip_reason(module, name, filter_fn, skip_lm_head) is None:
-                eligible.add(id(module))
+            if (name and isinstance(module, nn.Linear) and _skip_reason(module, name, filter_fn, skip_lm_head) is None
+                    and not any(id(p) in shared for p in module.parameters(recurse=False))):
+                eligible.add(id(module))  # a fused weight is a copy: layers with tied parameters are not fused
         for parent_name, members in _sibling_groups(model, eligible, uses):
             layers = [m for _, m in members]
             with torch.no_grad():
@@ -281,12 +365,28 @@ def convert(model: nn.Module, filter_fn: Optional[Callable[[nn.Module, str], boo
             report.skipped.append((name, "the model itself is an nn.Linear: use Float8Linear.from_linear"))
             continue
         if id(module) not in converted:
-            reason = _skip_reason(module, name, filter_fn, skip_lm_head)
+            reason = _skip_reason(module, name, filter_fn, skip_lm_head) or untying.get(id(module))
             if reason is not None:
                 report.skipped.append((name, reason))
                 continue
-            converted[id(module)] = Float8Linear.from_linear(module, use_fast_accum=use_fast_accum)
+            converted[id(module)] = _swap(module, use_fast_accum, shared, swapped_parameters)
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name), child, converted[id(module)])
         report.swapped.append((name, (module.out_features, module.in_features)))
+    report.tied = [[n for n, _ in shared[pid]] for pid in swapped_parameters]
     return report
+
+
+def _swap(linear: nn.Linear, use_fast_accum: bool, shared: dict, swapped_parameters: dict) -> Float8Linear:
+    """Float8Linear.from_linear, with the parameters that ``linear`` shares with layers swapped before it taken
+    from theirs: {id(original parameter): its Float8Linear parameters} in ``swapped_parameters``."""
+    f8 = Float8Linear.from_linear(linear, use_fast_accum=use_fast_accum)
+    for original, names in ((linear.weight, ("weight", "weight_scale")), (linear.bias, ("bias",))):
+        if original is None or id(original) not in shared:
+            continue
+        if id(original) in swapped_parameters:
+            for name, p in zip(names, swapped_parameters[id(original)]):
+                setattr(f8, name, p)
+        else:
+            swapped_parameters[id(original)] = tuple(getattr(f8, name) for name in names)
+    return f8

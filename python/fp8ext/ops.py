@@ -4,17 +4,30 @@
 module adds the fake implementations that torch.compile, torch.export and opcheck use to know the output's shape,
 dtype and strides without running the kernel, linear's CPU backend, and the documented Python entries
 `fp8ext.scaled_mm` and `fp8ext.linear`.
+
+torch.library.opcheck: every op passes test_faketensor, test_autograd_registration and test_aot_dispatch_dynamic.
+scaled_mm and linear fail opcheck's test_schema for a reason of torch's: its SchemaCheckMode compares each input
+before and after the call with torch.allclose, which has no FP8 kernel. The quantize ops, whose inputs are float,
+pass it too.
 """
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
+import re
 import warnings
+import weakref
 from typing import Iterator, Optional
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
 from . import _C  # noqa: F401  (loading the library registers torch.ops.fp8ext)
+
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # what scaled_mm writes
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
 
 def scaled_mm(
     a: torch.Tensor,
@@ -65,21 +78,107 @@ def _size_hint(s) -> int:
     return 16 if hint is None else int(hint)
 
 
-def _operand_meta(t: torch.Tensor) -> tuple[list[int], torch.dtype, torch.device]:
-    """What the C++ checks read of a tensor, in _check_scaled_mm_meta's form: ([dim, sizes..., strides...,
-    storage_offset], dtype, device)."""
-    return ([t.dim(), *map(_size_hint, t.shape), *map(_size_hint, t.stride()), _size_hint(t.storage_offset())],
-            t.dtype, t.device)
+# Per FakeTensorMode converter: (the storage id it would give next when last looked, {storage id: bytes past a
+# 16-byte boundary} of the real storages it described that start misaligned).
+_MISALIGNED_STORAGES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _fake_storage_misalignment(t: FakeTensor) -> int:
+    # FakeTensorMode remembers which real storage each fake storage it made stands for (the mapping torch's own
+    # fake_utils.try_convert_fake_to_real reads); views made while tracing share their base's fake storage. The
+    # misaligned real storages are few: they are found once per storage described, not per call.
+    try:
+        meta = t.fake_mode.fake_tensor_converter.meta_converter
+        described = meta.describer
+        seen, misaligned = _MISALIGNED_STORAGES.get(meta, (0, {}))
+        if described.next_storage_id != seen:
+            for real, sid in described.lookup_storage.items():
+                try:
+                    bytes_past = real.data_ptr() % 16 if sid >= seen else 0
+                except RuntimeError:  # a storage without data
+                    continue
+                if bytes_past:
+                    misaligned[sid] = bytes_past
+            _MISALIGNED_STORAGES[meta] = (described.next_storage_id, misaligned)
+        if misaligned:
+            storage = t.untyped_storage()
+            for sid, bytes_past in misaligned.items():
+                if meta.storage_memo.get(sid) is storage:
+                    return bytes_past
+    except AttributeError:  # a torch whose FakeTensorMode keeps no such mapping: counted as aligned
+        pass
+    return 0
+
+
+def _storage_misalignment(t: torch.Tensor) -> int:
+    """How many bytes past a 16-byte boundary t's storage starts. 0 for the storages of torch's allocators
+    (aligned to far more), not always for tensors over foreign memory (torch.frombuffer, torch.from_numpy). A
+    fake tensor made from a real one (torch.compile's and torch.export's inputs, FakeTensorMode.from_tensor), or
+    a view of one, answers for that real storage; other fake tensors have no address and count as aligned."""
+    if isinstance(t, FakeTensor):
+        return _fake_storage_misalignment(t)
+    return t.untyped_storage().data_ptr() % 16
+
+
+def _operand_meta(t: torch.Tensor, name: str, moved: dict) -> tuple[list[int], torch.dtype, torch.device]:
+    """What the C++ checks read of a tensor, in the _check_*_meta ops' form: ([dim, sizes..., strides...,
+    storage_offset], dtype, device).
+
+    Those ops infer the address from the storage offset alone (storage_offset * element size), as if the
+    storage started 16-byte aligned. Where it does not (_storage_misalignment), the offset given is 0 or 1, so
+    that the check passes or fails exactly as the address decides, and ``moved[name]`` keeps (the address's
+    bytes past 16, the real storage offset) for _run_check to put in the message."""
+    offset = _size_hint(t.storage_offset())
+    misaligned = _storage_misalignment(t)
+    if misaligned:
+        address = (misaligned + offset * t.element_size()) % 16
+        moved[name] = (address, offset)
+        offset = 0 if address == 0 else 1  # 1 element: 1, 2, 4 or 8 bytes, never a multiple of 16
+    return ([t.dim(), *map(_size_hint, t.shape), *map(_size_hint, t.stride()), offset], t.dtype, t.device)
+
+
+def _operands_meta(names: tuple[str, ...], tensors: tuple, moved: dict) -> list:
+    """The _check_*_meta ops' arguments for these operands, None (an absent optional one) as three Nones."""
+    args = []
+    for name, t in zip(names, tensors):
+        args += (None, None, None) if t is None else _operand_meta(t, name, moved)
+    return args
+
+
+_MISALIGNED_MESSAGE = re.compile(r"(fp8ext\.\w+: (\w+): the data pointer must be 16-byte aligned, got an address )"
+                                 r"-?\d+( bytes past a 16-byte boundary \(storage_offset )-?\d+\)")
+
+
+def _run_check(check, *args, moved: Optional[dict] = None) -> None:
+    """Run one of the C++ _check_*_meta ops, which read no tensors, outside FakeTensorMode: inside it (where a fake
+    implementation runs), a check that raises would first be logged by FakeTensorMode at ERROR level, with a
+    traceback ("failed while attempting to run meta for ..."), before the error reaches the caller.
+
+    An alignment error about an operand of ``moved`` (_operand_meta) gets that operand's real numbers back."""
+    try:
+        with unset_fake_temporarily():
+            check(*args)
+    except RuntimeError as e:
+        m = _MISALIGNED_MESSAGE.match(str(e))
+        if not moved or m is None or m.group(2) not in moved:
+            raise
+        address, offset = moved[m.group(2)]
+        raise RuntimeError(f"{m.group(1)}{address}{m.group(3)}{offset})") from None
+
+
+SCALED_MM_TENSORS = ("a", "b", "scale_a", "scale_b", "bias")
+LINEAR_TENSORS = ("x", "weight", "weight_scale", "bias")
 
 
 @torch.library.register_fake("fp8ext::scaled_mm")
 def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=None, use_fast_accum=False):
     # Every check that metadata decides, by the C++ validation itself (csrc/scaled_mm_checks.cpp), so that a
     # traced call raises exactly the eager message. Only alignment differs in what it reads: the storage
-    # offset, as a traced tensor has no address.
-    bias_meta = _operand_meta(bias) if bias is not None else (None, None, None)
-    torch.ops.fp8ext._check_scaled_mm_meta(*_operand_meta(a), *_operand_meta(b), *_operand_meta(scale_a),
-                                           *_operand_meta(scale_b), *bias_meta, out_dtype)
+    # offset, and the real storage's address where the fake tensor was made from one (_operand_meta).
+    _refuse_missing("fp8ext.scaled_mm", SCALED_MM_TENSORS[:4], (a, b, scale_a, scale_b))
+    moved = {}
+    meta = _operands_meta(SCALED_MM_TENSORS, (a, b, scale_a, scale_b, bias), moved)
+    _run_check(torch.ops.fp8ext._check_scaled_mm_meta, *meta, out_dtype, moved=moved)
     out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
     return a.new_empty((a.size(0), b.size(1)), dtype=out_dtype)
 
@@ -110,9 +209,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bi
 
 def _check_linear(x, weight, weight_scale, bias) -> None:
     """The C++ validation of fp8ext.linear (csrc/linear_checks.cpp) on the arguments' metadata."""
-    bias_meta = _operand_meta(bias) if bias is not None else (None, None, None)
-    torch.ops.fp8ext._check_linear_meta(*_operand_meta(x), *_operand_meta(weight), *_operand_meta(weight_scale),
-                                        *bias_meta)
+    _refuse_missing("fp8ext.linear", LINEAR_TENSORS[:3], (x, weight, weight_scale))
+    moved = {}
+    meta = _operands_meta(LINEAR_TENSORS, (x, weight, weight_scale, bias), moved)
+    _run_check(torch.ops.fp8ext._check_linear_meta, *meta, moved=moved)
 
 
 @torch.library.register_fake("fp8ext::linear")
@@ -141,6 +241,14 @@ _IMPL = torch.library.Library("fp8ext", "IMPL")
 _AFTER_AUTOGRAD = torch._C._after_autograd_keyset
 
 
+def _refuse_missing(op: str, names: tuple[str, ...], args: tuple) -> None:
+    """None where the schema takes a Tensor: the dispatcher passes it on as an undefined tensor, whose error in the
+    C++ validation names no argument. Refused before it, by the autograd guard and the fake implementations."""
+    for name, t in zip(names, args):
+        if t is None:
+            raise RuntimeError(f"{op}: {name}: expected a tensor, got None")
+
+
 def _refuse_grad(op: str, names: tuple[str, ...], args: tuple) -> None:
     for name, t in zip(names, args):
         if isinstance(t, torch.Tensor) and t.requires_grad:
@@ -151,16 +259,25 @@ def _refuse_grad(op: str, names: tuple[str, ...], args: tuple) -> None:
 _OOM_PREFIX = "CUDA out of memory"  # how torch's caching allocator words it (c10/cuda/CUDACachingAllocator.cpp)
 
 
-def _register_autograd_guard(name: str, tensor_args: tuple[str, ...]) -> None:
+def _register_autograd_guard(name: str, tensor_args: tuple[str, ...], required: int) -> None:
+    """``tensor_args``: the op's Tensor arguments in order, the first ``required`` of them not optional."""
     overload = getattr(torch.ops.fp8ext, name).default
     public = f"fp8ext.{name}"
+    required_args = tensor_args[:required]
 
     # No _AutoDispatchBelowAutograd around the redispatch: it would cost more than it saves. The inputs do not
     # require grad here, so the aten ops the C++ backends call record nothing either way.
     # The stable ABI carries no exception types: torch's out-of-memory error raised inside the op comes back as a
     # plain RuntimeError with torch's message, and gets its type back here. The try costs nothing when nothing is
     # raised. Under torch.inference_mode() this kernel does not run and the RuntimeError stays (docs/design.md).
+    # A None where a tensor is required would reach the C++ validation as an undefined tensor, whose error names
+    # no argument and comes with a C++ stack trace on stderr; the loop that refuses it first costs some 60 ns.
+    required_positions = range(required)
+
     def guard(keyset, *args):
+        for i in required_positions:
+            if args[i] is None:
+                _refuse_missing(public, required_args, args)
         if torch.is_grad_enabled():
             _refuse_grad(public, tensor_args, args)
         try:
@@ -173,10 +290,10 @@ def _register_autograd_guard(name: str, tensor_args: tuple[str, ...]) -> None:
     _IMPL.impl(name, guard, "Autograd", with_keyset=True)
 
 
-_register_autograd_guard("scaled_mm", ("a", "b", "scale_a", "scale_b", "bias"))
-_register_autograd_guard("quantize_rowwise", ("x",))
-_register_autograd_guard("quantize_blockwise", ("x",))
-_register_autograd_guard("linear", ("x", "weight", "weight_scale", "bias"))
+_register_autograd_guard("scaled_mm", SCALED_MM_TENSORS, 4)
+_register_autograd_guard("quantize_rowwise", ("x",), 1)
+_register_autograd_guard("quantize_blockwise", ("x",), 1)
+_register_autograd_guard("linear", LINEAR_TENSORS, 3)
 _IMPL.impl("linear", _linear_cpu, "CPU")
 
 
@@ -190,18 +307,54 @@ def blockwise_kernel_names() -> list[str]:
     return list(torch.ops.fp8ext._blockwise_kernel_names()) if _has_cuda_kernels() else []
 
 
+_MAX_DIM = 2**31 - 1  # the largest M, N and K fp8ext.scaled_mm takes (CUTLASS's problem sizes are int)
+_SM_COUNT_WITHOUT_GPU = 132  # an H200's: what the kernel queries assume on a machine without a GPU
+
+
+def _check_query(fn: str, M, N, K, out_dtype: torch.dtype, a_dtype: torch.dtype = torch.float8_e4m3fn) -> None:
+    """A kernel query's problem, checked as fp8ext.scaled_mm checks a call, before anything reaches C++: the
+    dispatch's cost model takes only calls that scaled_mm accepts and launches (it divides by M, N and K)."""
+    dims = {"M": operator.index(M), "N": operator.index(N), "K": operator.index(K)}  # TypeError for a float
+    for name, n in dims.items():
+        if not 0 <= n <= _MAX_DIM:
+            raise ValueError(f"fp8ext.{fn}: {name} = {n}: expected 0 <= {name} <= 2^31 - 1")
+    for name in ("N", "K"):
+        if dims[name] % 16:
+            raise ValueError(f"fp8ext.{fn}: {name} = {dims[name]} is not a multiple of 16: fp8ext.scaled_mm refuses "
+                             "such a call, no kernel runs it")
+    if 0 in dims.values():
+        raise ValueError(f"fp8ext.{fn}: M, N, K = {M}, {N}, {K}: fp8ext.scaled_mm answers a call with an empty "
+                         "dimension without launching a kernel (an empty result, or zeros plus the bias for K = 0), "
+                         "so no kernel is selected for it")
+    if out_dtype not in OUT_DTYPES:
+        raise ValueError(f"fp8ext.{fn}: out_dtype: expected torch.bfloat16, torch.float16 or torch.float32, got "
+                         f"{out_dtype}")
+    if a_dtype not in FP8_DTYPES:
+        raise ValueError(f"fp8ext.{fn}: a_dtype: expected torch.float8_e4m3fn or torch.float8_e5m2, got {a_dtype}")
+
+
+def _sm_count() -> int:
+    if not torch.cuda.is_available():
+        return _SM_COUNT_WITHOUT_GPU
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
 def selected_blockwise_kernel(M: int, N: int, K: int, out_dtype: torch.dtype = torch.bfloat16,
                               capturing: bool = False, torch_ok: bool = True) -> Optional[str]:
-    """What a block-wise call of this shape runs on this GPU: a forced block-scaled kernel, else dispatch's pick
+    """What a block-wise call of this shape runs on this GPU (without a GPU: on an H200, as ``selected_kernel``
+    answers): a forced block-scaled kernel, else dispatch's pick
     (csrc/sm90/blockwise_dispatch.h; inside CUDA-graph capture never a stream-K one), which is
     ``"torch._scaled_mm"`` where torch's block-wise path is predicted faster (the backstop: with torch 2.11 only,
     for M > 128, M and K / 128 multiples of 4, and bf16 output; ``torch_ok=False`` says torch cannot take the call
     as given, e.g. it has a bias or its scales are not in torch's layouts; ``set_backends("fp8ext")`` turns the
-    backstop off). None if no block-scaled kernel of this build writes ``out_dtype``."""
+    backstop off). None if no block-scaled kernel of this build writes ``out_dtype``.
+
+    ValueError for a shape or out dtype that fp8ext.scaled_mm refuses, and for M, N or K = 0, which it answers
+    without a kernel (as ``selected_kernel``)."""
     if not _has_cuda_kernels():
         return None
-    sm_count = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    return torch.ops.fp8ext._selected_blockwise_kernel(M, N, K, out_dtype, sm_count, capturing,
+    _check_query("selected_blockwise_kernel", M, N, K, out_dtype)
+    return torch.ops.fp8ext._selected_blockwise_kernel(M, N, K, out_dtype, _sm_count(), capturing,
                                                        torch_ok=torch_ok) or None
 
 
@@ -224,9 +377,15 @@ def selected_kernel(M: int, N: int, K: int, out_dtype: torch.dtype = torch.bfloa
 
     With ``explain=True`` returns a dict: ``selected`` (the name above) and ``ranking``, every built kernel that
     computes the call, fastest predicted first, each ``{"kernel", "predicted_us", "tile_ratio", "calibrated"}``,
-    and ``torch_predicted_us`` (negative when the model has no calibration for torch)."""
+    and ``torch_predicted_us`` (negative when the model has no calibration for torch).
+
+    Without a GPU it answers for an H200. Raises ValueError, naming the argument, for what fp8ext.scaled_mm
+    refuses (M, N or K negative or beyond 2^31 - 1, N or K not a multiple of 16, an ``out_dtype`` other than
+    bfloat16, float16 or float32, an ``a_dtype`` that is not FP8), and for M, N or K = 0: a valid call, which
+    scaled_mm answers without launching any kernel, so there is none to name."""
     if not _has_cuda_kernels():
         return None
+    _check_query("selected_kernel", M, N, K, out_dtype, a_dtype)
     name = torch.ops.fp8ext._selected_kernel(M, N, K, out_dtype, use_fast_accum, a_dtype, capturing, torch_ok) or None
     if not explain:
         return name

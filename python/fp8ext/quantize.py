@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 
 from . import _C  # noqa: F401  (loading the library registers torch.ops.fp8ext)
-from .ops import _size_hint, scaled_mm
+from .ops import FP8_DTYPES, _refuse_grad, _refuse_missing, _run_check, _size_hint, scaled_mm
 
 E4M3 = torch.float8_e4m3fn
 
@@ -38,8 +38,10 @@ def quantize_rowwise(x: torch.Tensor, dtype: torch.dtype = E4M3,
         x: bfloat16, float16 or float32, 2-D ``[M, K]`` or 3-D ``[B, S, K]``, last dimension contiguous, K a
             positive multiple of 16. Other strides are fine (no copy is made).
         dtype: ``torch.float8_e4m3fn`` (default) or ``torch.float8_e5m2``.
-        scale_ub: optional upper bound on amax (a finite float > 0, taken in float32): values beyond
-            ``scale_ub`` saturate at FP8_MAX instead of stretching the row's scale (outliers, inf).
+        scale_ub: optional upper bound on amax (a finite Python float > 0, taken in float32): values beyond
+            ``scale_ub`` saturate at FP8_MAX instead of stretching the row's scale (outliers, inf). A tensor is
+            refused (``TypeError``), eager and traced alike: the op's schema takes a float, which a traced
+            tensor cannot become without reading its value.
 
     Returns:
         ``x_fp8``: x's shape, ``dtype``, contiguous; ``scale``: float32 of shape ``x.shape[:-1] + (1,)``. Both are
@@ -48,6 +50,11 @@ def quantize_rowwise(x: torch.Tensor, dtype: torch.dtype = E4M3,
     Not differentiable: with grad mode on, an ``x`` that requires grad is refused. Bad arguments raise
     ``RuntimeError`` naming the argument, what is accepted and what was given (traced calls raise the same).
     """
+    if isinstance(scale_ub, torch.Tensor):
+        # Eagerly, torch's argument parsing reads a one-element tensor's value for the float (a host sync for a
+        # GPU tensor); a traced tensor has no value to read, so tracing failed where the eager call ran.
+        raise TypeError(f"fp8ext.quantize_rowwise: scale_ub: expected a Python float or None, got a tensor of "
+                        f"shape {tuple(scale_ub.shape)}; pass float(scale_ub) (which reads it on the host)")
     return torch.ops.fp8ext.quantize_rowwise(x, dtype, scale_ub)
 
 
@@ -76,8 +83,10 @@ def quantize_blockwise(x: torch.Tensor, block: tuple[int, int] = (1, 128),
     K is a multiple of 16 with a contiguous last dimension (any row stride) go through one fused op,
     ``torch.ops.fp8ext.quantize_blockwise`` (a CUDA kernel, csrc/quantize_blockwise.cu, and a CPU path), which
     allocates only the two outputs; weights and other activations through torch ops. Both compute the same bits,
-    on any device, under ``torch.compile`` and in CUDA graphs, with no host sync. Not differentiable.
+    on any device, under ``torch.compile`` and in CUDA graphs, with no host sync. Not differentiable: with grad
+    mode on, an ``x`` that requires grad is refused (``RuntimeError``), by either path.
     """
+    _refuse_missing("fp8ext.quantize_blockwise", ("x",), (x,))
     if block not in ((1, BLOCK), (BLOCK, BLOCK)):
         raise ValueError(f"fp8ext.quantize_blockwise: block must be (1, 128) (activations) or (128, 128) "
                          f"(weights), got {block!r}")
@@ -88,6 +97,9 @@ def quantize_blockwise(x: torch.Tensor, block: tuple[int, int] = (1, 128),
         raise ValueError(f"fp8ext.quantize_blockwise: expected a 2-D tensor [R, C], got shape {list(x.shape)}")
     if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise ValueError(f"fp8ext.quantize_blockwise: expected a bfloat16, float16 or float32 tensor, got {x.dtype}")
+    if torch.is_grad_enabled():
+        # The fused op's autograd guard refuses it; the torch ops of the other path would record a backward.
+        _refuse_grad("fp8ext.quantize_blockwise", ("x",), (x,))
     if block == (1, BLOCK) and _fused_groups(x):
         return torch.ops.fp8ext.quantize_blockwise(x, dtype)
     return _quantize_blocks_composed(x, block, dtype)
@@ -125,8 +137,9 @@ def _quantize_blocks_composed(x: torch.Tensor, block: tuple[int, int], dtype: to
 @torch.library.register_fake("fp8ext::quantize_blockwise")
 def _quantize_blockwise_fake(x, dtype=None):
     # The C++ validation on the traced tensor's metadata, as for quantize_rowwise.
-    torch.ops.fp8ext._check_quantize_blockwise_meta([_size_hint(s) for s in x.shape],
-                                                    [_size_hint(s) for s in x.stride()], x.dtype, dtype)
+    _refuse_missing("fp8ext.quantize_blockwise", ("x",), (x,))
+    _run_check(torch.ops.fp8ext._check_quantize_blockwise_meta, [_size_hint(s) for s in x.shape],
+               [_size_hint(s) for s in x.stride()], x.dtype, dtype)
     M, K = x.shape
     q = x.new_empty((M, K), dtype=E4M3 if dtype is None else dtype)
     return q, x.new_empty((-(-K // BLOCK), M), dtype=torch.float32).t()
@@ -135,8 +148,9 @@ def _quantize_blockwise_fake(x, dtype=None):
 @torch.library.register_fake("fp8ext::quantize_rowwise")
 def _quantize_rowwise_fake(x, dtype=None, scale_ub=None):
     # The C++ validation on the traced tensor's metadata, so that tracing raises the eager messages.
-    torch.ops.fp8ext._check_quantize_rowwise_meta([_size_hint(s) for s in x.shape],
-                                                  [_size_hint(s) for s in x.stride()], x.dtype, dtype, scale_ub)
+    _refuse_missing("fp8ext.quantize_rowwise", ("x",), (x,))
+    _run_check(torch.ops.fp8ext._check_quantize_rowwise_meta, [_size_hint(s) for s in x.shape],
+               [_size_hint(s) for s in x.stride()], x.dtype, dtype, scale_ub)
     q = x.new_empty(x.shape, dtype=E4M3 if dtype is None else dtype)
     return q, x.new_empty((*x.shape[:-1], 1), dtype=torch.float32)
 
@@ -144,6 +158,10 @@ def _quantize_rowwise_fake(x, dtype=None, scale_ub=None):
 def _check(cond: bool, arg: str, message: str) -> None:
     if not cond:
         raise ValueError(f"fp8ext.f8f8bf16_rowwise: {arg}: {message}")
+
+
+def _check_device(t: torch.Tensor, arg: str, device: torch.device) -> None:
+    _check(t.device == device, arg, f"expected a tensor on {device} (the device of XQ), got one on {t.device}")
 
 
 def _scale_vector(scale: torch.Tensor, arg: str, length: int, shapes: tuple, accepted: str) -> torch.Tensor:
@@ -172,21 +190,28 @@ def f8f8bf16_rowwise(XQ: torch.Tensor, WQ: torch.Tensor, x_scale: torch.Tensor, 
     Returns:
         The ``[M, N]`` bfloat16 result (``output`` itself if given).
 
-    Shape, dtype and device mistakes of the arguments above raise ``ValueError`` naming the argument; the rest
-    (K or N not a multiple of 16, alignment) raise fp8ext.scaled_mm's RuntimeError, where ``a`` is XQ and ``b`` is
-    ``WQ.t()``.
+    A wrong rank, shape, dtype or device of any argument above raises ``ValueError`` naming it (XQ and WQ may
+    also be float8_e5m2, as fp8ext.scaled_mm allows); the rest (K or N not a multiple of 16, both operands e5m2,
+    strides, alignment) raise fp8ext.scaled_mm's RuntimeError, where ``a`` is XQ and ``b`` is ``WQ.t()``.
     """
+    for name, t in (("XQ", XQ), ("WQ", WQ)):
+        _check(t.dtype in FP8_DTYPES, name, f"expected dtype torch.float8_e4m3fn or torch.float8_e5m2, got {t.dtype}")
     _check(XQ.dim() == 2, "XQ", f"expected a 2-D tensor [M, K], got shape {tuple(XQ.shape)}")
     _check(WQ.dim() == 2, "WQ", f"expected a 2-D tensor [N, K] (the weight as stored, not transposed), "
                                 f"got shape {tuple(WQ.shape)}")
     (M, K), N = XQ.shape, WQ.shape[0]
     _check(WQ.shape[1] == K, "WQ", f"expected shape [N, K] with K = {K} (XQ is {list(XQ.shape)}), "
                                    f"got {list(WQ.shape)}")
+    _check_device(WQ, "WQ", XQ.device)
     sa = _scale_vector(x_scale, "x_scale", M, ((M,), (M, 1)), f"(M,) or (M, 1) with M = {M}")
     sb = _scale_vector(w_scale, "w_scale", N, ((N,), (1, N), (N, 1)), f"(N,), (1, N) or (N, 1) with N = {N}")
+    _check_device(x_scale, "x_scale", XQ.device)
+    _check_device(w_scale, "w_scale", XQ.device)
     if bias is not None:
         _check(bias.dtype in (torch.bfloat16, torch.float32), "bias",
                f"expected dtype torch.bfloat16 or torch.float32, got {bias.dtype}")
+        _check(tuple(bias.shape) == (N,), "bias", f"expected shape (N,) with N = {N}, got {tuple(bias.shape)}")
+        _check_device(bias, "bias", XQ.device)
         bias = bias.to(torch.bfloat16)
     if output is not None:
         _check(tuple(output.shape) == (M, N) and output.dtype == torch.bfloat16 and output.device == XQ.device,
