@@ -199,6 +199,29 @@ def test_finding13_f8f8bf16_rowwise_names_bad_arguments_with_value_error():
             fp8ext.f8f8bf16_rowwise(**args)
 
 
+def test_finding08_ops_refuse_none_in_cpp_where_the_python_guard_does_not_run():
+    # Under inference_mode the Python autograd guard is skipped and None reaches the C++ op as an undefined tensor:
+    # it said "strides() called on an undefined Tensor" from inside torch. The op now names the argument itself.
+    # (An op whose only tensor argument is None cannot be dispatched at all: torch refuses it before any kernel.)
+    a, b, sa, sb = random_operands(M, N, K)
+    with torch.inference_mode():
+        for args, arg in (((None, b, sa, sb), "a"), ((a, None, sa, sb), "b"), ((a, b, None, sb), "scale_a"),
+                          ((a, b, sa, None), "scale_b")):
+            with pytest.raises(RuntimeError, match=f"fp8ext.scaled_mm: {arg}: expected a tensor, got None"):
+                torch.ops.fp8ext.scaled_mm(*args)
+
+
+def test_finding13_linear_names_its_own_bias_layout():
+    # A strided or misaligned bias was left to the GEMM's checks, whose message named "fp8ext.scaled_mm: bias".
+    x = torch.randn(M, K).bfloat16()
+    w, ws = fp8_weight()
+    strided = torch.randn(2 * N).bfloat16()[::2]
+    with pytest.raises(RuntimeError, match="fp8ext.linear: bias: expected a contiguous tensor, got stride 2"):
+        fp8ext.linear(x, w, ws, strided)
+    with pytest.raises(RuntimeError, match="fp8ext.linear: bias: the data pointer must be 16-byte aligned"):
+        fp8ext.linear(x, w, ws, torch.randn(N + 1).bfloat16()[1:])
+
+
 def misaligned(t: torch.Tensor, source: str = "frombuffer", bytes_past: int = 1) -> torch.Tensor:
     """A copy of ``t`` over foreign memory whose address is ``bytes_past`` bytes past a 16-byte boundary, with
     storage offset 0: torch.frombuffer over a bytearray, or torch.from_numpy of a slice of a numpy array."""

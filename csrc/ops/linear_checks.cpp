@@ -57,11 +57,11 @@ LinearProblem check_linear_meta(const TensorMeta& x, const TensorMeta& weight, c
     FP8EXT_CHECK_LINEAR(bias->scalar_type() == x.scalar_type(), "bias", "expected dtype ",
                         dtype_name(x.scalar_type()), " (the dtype of x and of the output), got ",
                         dtype_name(bias->scalar_type()), "; pass bias.to(x.dtype)");
+    check_bias_layout(*bias, "fp8ext.linear");
   }
 
   // The GEMM as scaled_mm sees it: a = q viewed [M, K] (new, contiguous), b = weight.t(), scale_a = s viewed
-  // [M, 1], scale_b = weight_scale as (N,). What remains to check of the bias (contiguity, alignment) is
-  // scaled_mm's, with its messages.
+  // [M, 1], scale_b = weight_scale as (N,).
   const int64_t a_sizes[] = {M, K}, a_strides[] = {K, 1};
   const int64_t b_sizes[] = {K, N}, b_strides[] = {1, weight.stride(0)};
   const int64_t sa_sizes[] = {M, 1}, sa_strides[] = {1, 1};

@@ -23,6 +23,7 @@
 #include "ops/torch_backstop.h"
 #include "ops/torch_calls.h"
 #include "quantize/quantize_rowwise_op.h"
+#include "ops/required_tensor.h"
 
 namespace fp8ext {
 namespace {
@@ -32,8 +33,10 @@ namespace st = torch::stable;
 Tensor linear_cuda(Tensor x, Tensor weight, Tensor weight_scale, std::optional<Tensor> bias, bool use_fast_accum) {
   const std::optional<TensorMeta> bias_meta =
       bias.has_value() ? std::optional<TensorMeta>(tensor_meta(*bias)) : std::nullopt;
-  const LinearProblem lp = check_linear_meta(tensor_meta(x), tensor_meta(weight), tensor_meta(weight_scale),
-                                             bias_meta);
+  constexpr const char* op = "fp8ext.linear";
+  const LinearProblem lp =
+      check_linear_meta(tensor_meta(required(x, op, "x")), tensor_meta(required(weight, op, "weight")),
+                        tensor_meta(required(weight_scale, op, "weight_scale")), bias_meta);
   const ScaledMmProblem& problem = lp.mm;
   const int device = x.get_device_index();
   const st::accelerator::DeviceGuard guard(device);

@@ -8,6 +8,7 @@
 
 #include <torch/csrc/stable/tensor.h>
 
+#include "ops/required_tensor.h"
 #include "ops/scaled_mm_checks.h"
 
 namespace fp8ext {
@@ -29,10 +30,12 @@ inline TensorMeta tensor_meta(const Tensor& t) {
 inline ScaledMmProblem check_scaled_mm_args(const Tensor& a, const Tensor& b, const Tensor& scale_a,
                                             const Tensor& scale_b, const std::optional<Tensor>& bias,
                                             std::optional<ScalarType> out_dtype) {
+  constexpr const char* op = "fp8ext.scaled_mm";
   const std::optional<TensorMeta> bias_meta =
       bias.has_value() ? std::optional<TensorMeta>(tensor_meta(*bias)) : std::nullopt;
-  return check_scaled_mm_meta(tensor_meta(a), tensor_meta(b), tensor_meta(scale_a), tensor_meta(scale_b), bias_meta,
-                              out_dtype);
+  return check_scaled_mm_meta(tensor_meta(required(a, op, "a")), tensor_meta(required(b, op, "b")),
+                              tensor_meta(required(scale_a, op, "scale_a")),
+                              tensor_meta(required(scale_b, op, "scale_b")), bias_meta, out_dtype);
 }
 
 }  // namespace fp8ext

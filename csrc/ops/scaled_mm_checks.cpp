@@ -165,13 +165,17 @@ ScaledMmProblem check_scaled_mm_meta(const TensorMeta& a, const TensorMeta& b, c
     FP8EXT_CHECK_ARG(t.scalar_type() == p.out_dtype, "bias", "expected dtype ", dtype_name(p.out_dtype),
                      " (the out_dtype), got ", dtype_name(t.scalar_type()), "; pass bias.to(",
                      dtype_name(p.out_dtype), ")");
-    FP8EXT_CHECK_ARG(t.numel() <= 1 || t.stride(0) == 1, "bias", "expected a contiguous tensor, got stride ",
-                     t.stride(0));
-    const std::uintptr_t addr = t.address;
-    FP8EXT_CHECK_ARG(t.numel() == 0 || addr % 16 == 0, "bias", "the data pointer must be 16-byte aligned, got an address ",
-                     addr % 16, " bytes past a 16-byte boundary (storage_offset ", t.storage_offset(), ")");
+    check_bias_layout(t, "fp8ext.scaled_mm");
   }
   return p;
+}
+
+void check_bias_layout(const TensorMeta& bias, const char* op) {
+  FP8EXT_CHECK(bias.numel() <= 1 || bias.stride(0) == 1, op, ": bias: expected a contiguous tensor, got stride ",
+               bias.stride(0));
+  const std::uintptr_t addr = bias.address;
+  FP8EXT_CHECK(bias.numel() == 0 || addr % 16 == 0, op, ": bias: the data pointer must be 16-byte aligned, got an "
+               "address ", addr % 16, " bytes past a 16-byte boundary (storage_offset ", bias.storage_offset(), ")");
 }
 
 #undef FP8EXT_CHECK_ARG

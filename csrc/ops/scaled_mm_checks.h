@@ -59,4 +59,8 @@ ScaledMmProblem check_scaled_mm_meta(const TensorMeta& a, const TensorMeta& b, c
                                      const TensorMeta& scale_b, const std::optional<TensorMeta>& bias,
                                      std::optional<ScalarType> out_dtype);
 
+// The bias's layout as the kernels read it (contiguous, 16-byte aligned), under the caller's op name ("fp8ext.linear"
+// checks its bias before the GEMM it runs is checked).
+void check_bias_layout(const TensorMeta& bias, const char* op);
+
 }  // namespace fp8ext

@@ -78,7 +78,9 @@ class TileBuffers {
     return rows_by_k;
   }
   // Result-sized buffer i as a contiguous [nr, nc] tile.
-  Tensor tile(int64_t i, int64_t nr, int64_t nc) { return leading(narrowed(tiles_, 0, i * tile_size_, tile_size_), nr, nc); }
+  Tensor tile(int64_t i, int64_t nr, int64_t nc) {
+    return leading(narrowed(tiles_, 0, i * tile_size_, tile_size_), nr, nc);
+  }
 
  private:
   Tensor a_rows_, b_cols_, tiles_;
