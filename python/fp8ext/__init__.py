@@ -1,7 +1,10 @@
-"""fp8ext: row-wise scaled FP8 GEMM for PyTorch on NVIDIA Hopper.
+"""fp8ext: FP8 GEMM with row-wise and block-wise scales for PyTorch on NVIDIA Hopper.
 
     import fp8ext
     out = fp8ext.scaled_mm(a, w.t(), scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, use_fast_accum=True)
+
+scale_a / scale_b: one float32 per row of a / column of b (row-wise), or one per 1 x 128 group of a's rows and one
+per 128 x 128 block of b (block-wise, DeepSeek-V3 and Qwen3-FP8 checkpoints; fp8ext.quantize_blockwise makes them).
 
 The same op is `torch.ops.fp8ext.scaled_mm` (torch.compile and CUDA graphs work with it; of
 torch.library.opcheck's tests it passes test_faketensor, test_autograd_registration and test_aot_dispatch_dynamic,

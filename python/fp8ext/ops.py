@@ -48,7 +48,8 @@ def scaled_mm(
             layout is ``(1, M)``, as ``quantize_blockwise`` returns it).
         scale_b: float32, ``(1, N)`` or ``(N,)`` for one scale per column of ``b``, or one element; or
             ``(ceil(K / 128), ceil(N / 128))`` for one scale per 128 x 128 block of ``b`` (block-wise, with
-            block-wise scale_a; a weight's ``[N / 128, K / 128]`` scales passed as ``s.t()``, as ``b = w.t()``).
+            block-wise scale_a; a weight's ``[N / 128, K / 128]`` scales passed as ``s.t()``, as ``b = w.t()``: strides
+            ``(1, >= ceil(K / 128))``, the only layout taken, so that a square grid cannot pass untransposed).
         bias: optional ``[N]`` tensor of dtype ``out_dtype``, added after scaling.
         out_dtype: ``torch.bfloat16`` (default), ``torch.float16`` or ``torch.float32``.
         use_fast_accum: as in ``torch._scaled_mm``; False promotes partial sums to fp32 every 128 (some large-M
@@ -62,8 +63,8 @@ def scaled_mm(
     runs (docs/errors.md lists every message); traced calls (torch.compile, torch.export) raise the same ones.
 
     On CPU tensors, and on GPUs other than compute capability 9.0 (with a one-time warning there), a float32
-    reference path computes the call in tiles: at most 64 MiB of float32 temporaries beyond the output while
-    K <= 8M (plus up to 16 MiB of fp8 copies of padded views).
+    reference path computes the call in tiles: float32 buffers of at most 64 MiB beyond the output, reused by
+    every tile, while K <= 8M (plus one tile-sized temporary for a bias).
     """
     return torch.ops.fp8ext.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
 
