@@ -26,3 +26,54 @@ def test_troubleshooting_quotes_what_the_code_prints():
         # printed by one literal.
         for piece in filter(None, (p.strip(" '(") for p in quote.split("..."))):
             assert any(piece in lit for lit in sources), f"README quotes {quote!r}, but no source prints {piece!r}"
+
+
+def _manifest_counts():
+    import json
+    manifest = json.loads(ROOT.joinpath("python", "fp8ext", "kernel_manifest.json").read_text())
+    counts = {}
+    for family, key in (("row-wise", "kernels"), ("block-wise", "blockwise_kernels")):
+        kernels = manifest[key]
+        decode = sum(1 for k in kernels if k["schedule"] == "gemv")
+        counts[family] = (len(kernels), len(kernels) - decode, decode)
+    return counts
+
+
+def test_kernel_counts_in_the_docs_match_the_manifest():
+    # "The <family> family has <n> kernels: <c> CUTLASS kernels and <d> decode kernels." wherever the docs say it.
+    counts = _manifest_counts()
+    found = 0
+    for path in [ROOT / "README.md", *ROOT.joinpath("docs").glob("*.md")]:
+        for family, n, c, d in re.findall(r"The (row-wise|block-wise) family has (\d+) kernels: (\d+) CUTLASS kernels "
+                                           r"and (\d+) decode kernels", path.read_text()):
+            assert (int(n), int(c), int(d)) == counts[family], f"{path.name}: {family} counts {n}/{c}/{d}"
+            found += 1
+    assert found >= 2, "the docs no longer state the kernel counts in the checked form"
+
+
+def test_paths_named_in_the_docs_exist():
+    # Every file or folder of the tree that README.md or docs/ names, in backticks, is there (records too).
+    missing = []
+    for path in [ROOT / "README.md", *ROOT.joinpath("docs").glob("*.md")]:
+        if path.name == "decisions.md":  # history: it names files that git keeps
+            continue
+        for name in re.findall(r"`((?:csrc|tools|tests|python|bench|docs)/[A-Za-z0-9_./*-]+)`", path.read_text()):
+            name = name.rstrip(".")
+            if "*" in name:
+                if not list(ROOT.glob(name)):
+                    missing.append((path.name, name))
+            elif not ROOT.joinpath(name).exists():
+                missing.append((path.name, name))
+    assert not missing, missing
+
+
+def test_records_the_docs_cite_are_kept():
+    # A figure in the README or the docs comes with its record; the record must be in bench/ (decisions.md names
+    # history, which git keeps).
+    kept = {p.name for p in ROOT.joinpath("bench").rglob("*.json")}
+    missing = []
+    for path in [ROOT / "README.md", ROOT / "bench" / "results" / "INDEX.md", *ROOT.joinpath("docs").glob("*.md")]:
+        if path.name == "decisions.md":
+            continue
+        missing += [(path.name, n) for n in re.findall(r"h200-[A-Za-z0-9_.-]+?\.json", path.read_text()) if n not in kept]
+    assert not missing, missing
