@@ -8,7 +8,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import fp8ext
 from fp8ext.compile import rewrite_scaled_mm
-from fp8ext.testing import random_blockwise_operands, random_fp8, random_operands, random_scales
+from fp8ext.testing import (random_blockwise_operands, random_fp8, random_operands, random_scales,
+                            torch_cpu_takes_rowwise_scales)
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 needs_kernel_queries = pytest.mark.skipif(not fp8ext.kernel_names(), reason="the decision asks a CUDA build's cost model")
@@ -154,3 +155,31 @@ def test_a_torch_without_custom_passes_gets_one_clear_error(monkeypatch):
     with pytest.raises(RuntimeError, match="fp8ext.compile needs torch._inductor.custom_graph_pass.CustomGraphPass"):
         fp8ext.compile.enable()
     assert not fp8ext.compile.is_enabled()
+
+
+@needs_kernel_queries
+def test_a_compiled_function_runs_fp8ext_and_equals_eager_fp8ext():
+    # End to end through Inductor (on the CPU here: the rewritten node falls back to fp8ext's CPU implementation):
+    # the weight is transposed inside the graph, as a model does, and a dynamic M goes through fp8ext too.
+    from torch._inductor.utils import run_and_get_code
+
+    def f(a, w, scale_a, scale_b):
+        return torch._scaled_mm(a, w.t(), scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_accum=True)
+
+    a, b, sa, sb = random_operands(16, 1024, 1024)
+    w = b.t()
+    torch._dynamo.reset()
+    with fp8ext.compile.enabled():
+        out, code = run_and_get_code(torch.compile(f), a, w, sa, sb)
+        assert any("fp8ext.scaled_mm" in c for c in code)
+        assert torch.equal(out, fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True))
+        torch._dynamo.reset()
+        dynamic = torch.compile(f, dynamic=True)
+        for M in (3, 40):
+            a, _, sa, _ = random_operands(M, 1024, 1024)
+            assert torch.equal(dynamic(a, w, sa, sb),
+                               fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True))
+    torch._dynamo.reset()
+    if torch_cpu_takes_rowwise_scales():  # switched off it is torch's _scaled_mm again, where the CPU has it
+        _, code = run_and_get_code(torch.compile(f), a, w, sa, sb)
+        assert not any("fp8ext.scaled_mm" in c for c in code)

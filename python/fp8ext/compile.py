@@ -109,11 +109,18 @@ def rewrite_scaled_mm(graph: torch.fx.Graph) -> int:
             continue
         if not _fp8ext_kernel_runs(a, b, scale_a, scale_b, out.dtype, bool(args["use_fast_accum"])):
             continue
+        fast = bool(args["use_fast_accum"])
         with graph.inserting_before(node):
-            new = graph.call_function(torch.ops.fp8ext.scaled_mm.default,
-                                      (args["self"], args["mat2"], args["scale_a"], args["scale_b"], args["bias"],
-                                       out.dtype, bool(args["use_fast_accum"])))
-        new.meta.update(node.meta)
+            new = graph.call_function(torch.ops.fp8ext.scaled_mm.default, (args["self"], args["mat2"], args["scale_a"],
+                                                                           args["scale_b"], args["bias"], out.dtype, fast))
+        new.meta.update({k: v for k, v in node.meta.items() if k != "eager_input_vals"})
+        if "eager_input_vals" in node.meta:
+            # The call's inputs as eager code made them, whose strides Inductor then keeps for the op (b column-major
+            # above all), put in fp8ext.scaled_mm's argument order: left in aten's, they match no schema of the op.
+            eager_args, eager_kwargs = node.meta["eager_input_vals"]
+            eager = {**dict(zip(_ATEN_ARGS, eager_args)), **eager_kwargs}
+            new.meta["eager_input_vals"] = ((eager["self"], eager["mat2"], eager["scale_a"], eager["scale_b"],
+                                             eager.get("bias"), out.dtype, fast), {})
         node.replace_all_uses_with(new)
         graph.erase_node(node)
         rewritten += 1
