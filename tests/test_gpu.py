@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import fp8ext
-from fp8ext.testing import (check_against_reference, kernel_dtypes, kernel_max_m, random_fp8, random_operands,
-                            random_scales)
+from fp8ext.testing import (assert_opcheck, check_against_reference, kernel_dtypes, kernel_max_m, random_fp8,
+                            random_operands, random_scales)
 
 pytestmark = pytest.mark.gpu
 
@@ -244,7 +244,6 @@ def test_tensor_core_decode_exact_on_small_integers_and_reads_e5m2(name):
             run_and_check(M, 2736, 1040, torch.bfloat16, True, with_bias=True, a_dtype=torch.float8_e5m2)
 
 
-OPCHECK_UTILS = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"out_dtype": torch.float32, "use_fast_accum": True},
@@ -257,9 +256,7 @@ def test_opcheck_cuda(kwargs):
         sa, sb = sa[:1, :1].contiguous(), sb[:1, :1].contiguous()
     if kwargs.get("bias") == "bf16":
         kwargs["bias"] = torch.randn(1040, device=DEV).bfloat16()
-    result = torch.library.opcheck(torch.ops.fp8ext.scaled_mm.default, (a, b, sa, sb), kwargs,
-                                   test_utils=OPCHECK_UTILS)
-    assert all(v == "SUCCESS" for v in result.values()), result
+    assert_opcheck(torch.ops.fp8ext.scaled_mm.default, (a, b, sa, sb), kwargs)
 
 
 @pytest.mark.parametrize("M", [8, 300])

@@ -181,3 +181,14 @@ def torch_cpu_takes_rowwise_scales() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+# The opcheck tests fp8ext's ops pass. torch's test_schema compares the inputs before and after the call with
+# torch.allclose, which has no FP8 kernel, so the ops that take FP8 tensors cannot pass it (the quantize ops do).
+OPCHECK_UTILS = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+
+
+def assert_opcheck(op, args, kwargs: Optional[dict] = None, test_utils: tuple = OPCHECK_UTILS) -> None:
+    """torch.library.opcheck of ``op`` on these arguments, every test in ``test_utils`` passing."""
+    result = torch.library.opcheck(op, tuple(args), kwargs or {}, test_utils=test_utils)
+    assert all(v == "SUCCESS" for v in result.values()), result

@@ -329,20 +329,26 @@ struct Stats {
 // Whether the kernel computes this M at all (the gemv: M <= 4); other M are not its cases.
 bool computes(const BlockwiseKernelEntry& k, int64_t M) { return k.traits.max_m == 0 || M <= k.traits.max_m; }
 
+// A case of the kernel, if it computes this M: runs it into `out` and counts it; false (a failure counted and
+// printed, or not a case) when there is nothing to check.
+bool run_case(const BlockwiseKernelEntry& k, const Problem& p, DeviceBuffers& d, bool with_bias, const char* tag,
+              Stats& st, std::vector<uint8_t>& out) {
+  if (!computes(k, p.M)) return false;
+  ++st.cases;
+  std::string why;
+  if (run_kernel(k, p, d, with_bias, out, why)) return true;
+  ++st.failures;
+  std::printf("FAIL %-36s M=%-5lld N=%-5lld K=%-5lld bias=%d %s: %s\n", k.name, (long long)p.M, (long long)p.N,
+              (long long)p.K, with_bias, tag, why.c_str());
+  return false;
+}
+
 // Accuracy against the reference; prints one line per case.
 void check_accuracy(const BlockwiseKernelEntry& k, const Problem& p, DeviceBuffers& d, bool with_bias,
                     const char* tag, Stats& st) {
-  if (!computes(k, p.M)) return;
-  ++st.cases;
   std::vector<uint8_t> out;
-  std::string why;
+  if (!run_case(k, p, d, with_bias, tag, st, out)) return;
   const OutType o = k.traits.out;
-  if (!run_kernel(k, p, d, with_bias, out, why)) {
-    ++st.failures;
-    std::printf("FAIL %-36s M=%-5lld N=%-5lld K=%-5lld bias=%d %s: %s\n", k.name, (long long)p.M, (long long)p.N,
-                (long long)p.K, with_bias, tag, why.c_str());
-    return;
-  }
   double max_ref = 0.0;
   std::vector<double> expect(static_cast<size_t>(p.M * p.N));
   for (int64_t i = 0; i < p.M; ++i) {
@@ -382,17 +388,9 @@ void check_accuracy(const BlockwiseKernelEntry& k, const Problem& p, DeviceBuffe
 
 // Bit-exact comparison against the exact value rounded once to the output type.
 void check_exact(const BlockwiseKernelEntry& k, const Problem& p, DeviceBuffers& d, bool with_bias, Stats& st) {
-  if (!computes(k, p.M)) return;
-  ++st.cases;
   std::vector<uint8_t> out;
-  std::string why;
+  if (!run_case(k, p, d, with_bias, "exact", st, out)) return;
   const OutType o = k.traits.out;
-  if (!run_kernel(k, p, d, with_bias, out, why)) {
-    ++st.failures;
-    std::printf("FAIL %-36s exact M=%lld N=%lld K=%lld bias=%d: %s\n", k.name, (long long)p.M, (long long)p.N,
-                (long long)p.K, with_bias, why.c_str());
-    return;
-  }
   int64_t bad = 0;
   for (int64_t i = 0; i < p.M; ++i) {
     for (int64_t j = 0; j < p.N; ++j) {

@@ -228,27 +228,20 @@ struct BlockwiseGemm {
 
 template <class Config>
 size_t workspace_size(const BlockwiseParams& p) {
-  using G = BlockwiseGemm<Config>;
-  return G::Gemm::get_workspace_size(G::arguments(p));
+  return gemm_workspace_size<BlockwiseGemm<Config>>(p);
 }
 
 template <class Config>
 LaunchResult launch(const BlockwiseParams& p) {
-  using G = BlockwiseGemm<Config>;
   // The collective runs at least one K tile per output tile (its prologue is unconditional): an empty K would
   // read unwritten shared memory. The entry handles empty problems before calling a kernel.
   if (p.M <= 0 || p.N <= 0 || p.K <= 0) return {false, "can_implement", "M, N and K must be positive"};
-  return run_gemm<typename G::Gemm>(G::arguments(p), p.workspace, p.workspace_bytes, p.stream);
+  return gemm_launch<BlockwiseGemm<Config>>(p);
 }
 
 }  // namespace fp8ext::sm90
 
-// Used once by each translation unit in kernels/: instantiates the kernel for CONFIG and adds it to the
-// block-scaled registry under NAME when the library loads.
-#define FP8EXT_SM90_BLOCKWISE_KERNEL(NAME, CONFIG)                                                               \
-  template ::fp8ext::sm90::LaunchResult fp8ext::sm90::launch<CONFIG>(const ::fp8ext::sm90::BlockwiseParams&);   \
-  template size_t fp8ext::sm90::workspace_size<CONFIG>(const ::fp8ext::sm90::BlockwiseParams&);                 \
-  namespace {                                                                                                    \
-  const bool kRegistered = ::fp8ext::sm90::register_blockwise_kernel(                                            \
-      {NAME, CONFIG::traits(), &::fp8ext::sm90::launch<CONFIG>, &::fp8ext::sm90::workspace_size<CONFIG>});        \
-  }
+// Used once by each generated translation unit in kernels/: the kernel for CONFIG, in the block-scaled registry under
+// NAME.
+#define FP8EXT_SM90_BLOCKWISE_KERNEL(NAME, CONFIG) \
+  FP8EXT_SM90_REGISTER_KERNEL(register_blockwise_kernel, BlockwiseParams, NAME, CONFIG)

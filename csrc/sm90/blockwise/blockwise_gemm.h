@@ -20,6 +20,7 @@
 
 #include "sm90/common/gemm_params.h"  // LaunchResult
 #include "sm90/common/kernel_config.h"
+#include "sm90/common/name_registry.h"
 
 namespace fp8ext::sm90 {
 
@@ -63,15 +64,7 @@ struct BlockwiseTraits {
   bool overlap = false;  // the scaling overlapped with the next K tile's MMAs (overlap_blockwise_mainloop.cuh)
 };
 
-using BlockwiseLaunchFn = LaunchResult (*)(const BlockwiseParams&);
-using BlockwiseWorkspaceFn = size_t (*)(const BlockwiseParams&);
-
-struct BlockwiseKernelEntry {
-  const char* name;
-  BlockwiseTraits traits;
-  BlockwiseLaunchFn launch;
-  BlockwiseWorkspaceFn workspace_size;
-};
+using BlockwiseKernelEntry = RegistryEntry<BlockwiseTraits, BlockwiseParams>;
 
 // The registry (name_registry.h), as kernel_registry.h has it for the row-wise kernels: register_ is called from
 // the kernel files' static initializers (true, to initialise a bool), all_ lists them by name, find_ gives

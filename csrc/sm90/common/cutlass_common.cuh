@@ -100,4 +100,27 @@ LaunchResult run_gemm(const typename Gemm::Arguments& args, void* workspace, siz
   return {};
 }
 
+// The two entry points of a kernel for a family's GEMM wrapper G (G::Gemm, G::arguments(params)); Params carries
+// the workspace and the stream.
+template <class G, class Params>
+size_t gemm_workspace_size(const Params& p) {
+  return G::Gemm::get_workspace_size(G::arguments(p));
+}
+
+template <class G, class Params>
+LaunchResult gemm_launch(const Params& p) {
+  return run_gemm<typename G::Gemm>(G::arguments(p), p.workspace, p.workspace_bytes, p.stream);
+}
+
 }  // namespace fp8ext::sm90
+
+// Used through a family's macro (FP8EXT_SM90_KERNEL, FP8EXT_SM90_BLOCKWISE_KERNEL), once by each kernel translation
+// unit: instantiates the family's launch<CONFIG> and workspace_size<CONFIG> for PARAMS and adds the kernel to the
+// family's registry (REGISTER) under NAME when the library loads.
+#define FP8EXT_SM90_REGISTER_KERNEL(REGISTER, PARAMS, NAME, CONFIG)                                           \
+  template ::fp8ext::sm90::LaunchResult fp8ext::sm90::launch<CONFIG>(const ::fp8ext::sm90::PARAMS&);          \
+  template size_t fp8ext::sm90::workspace_size<CONFIG>(const ::fp8ext::sm90::PARAMS&);                        \
+  namespace {                                                                                                  \
+  const bool kRegistered = ::fp8ext::sm90::REGISTER(                                                           \
+      {NAME, CONFIG::traits(), &::fp8ext::sm90::launch<CONFIG>, &::fp8ext::sm90::workspace_size<CONFIG>});      \
+  }

@@ -61,7 +61,4 @@ struct LaunchResult {
   const char* detail = "";
 };
 
-using LaunchFn = LaunchResult (*)(const GemmParams&);
-using WorkspaceFn = size_t (*)(const GemmParams&);
-
 }  // namespace fp8ext::sm90

@@ -4,11 +4,24 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <string_view>
 #include <vector>
 
+#include "sm90/common/gemm_params.h"  // LaunchResult
+
 namespace fp8ext::sm90 {
+
+// One kernel of a family whose launch parameters are Params: its name, its traits, and the two entry points its
+// translation unit instantiates (FP8EXT_SM90_REGISTER_KERNEL, cutlass_common.cuh).
+template <class Traits, class Params>
+struct RegistryEntry {
+  const char* name;
+  Traits traits;
+  LaunchResult (*launch)(const Params&);
+  size_t (*workspace_size)(const Params&);
+};
 
 // Entry has a `const char* name`. The entries live in a function-local static, so registration from other
 // translation units' static initializers is safe whatever order the loader runs them in; registration happens

@@ -74,7 +74,7 @@ struct RowwisePolicy {
   __device__ static float weight_scale(const GemmParams&, int64_t, int64_t) { return 1.0f; }
 };
 
-// The decode kernels need no global-memory workspace (the registry's WorkspaceFn).
+// The decode kernels need no global-memory workspace (the registry entry's workspace_size).
 inline size_t no_workspace(const GemmParams&) { return 0; }
 
 }  // namespace fp8ext::sm90::decode

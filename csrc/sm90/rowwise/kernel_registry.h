@@ -9,15 +9,11 @@
 
 #include "sm90/common/gemm_params.h"
 #include "sm90/common/kernel_config.h"
+#include "sm90/common/name_registry.h"
 
 namespace fp8ext::sm90 {
 
-struct KernelEntry {
-  const char* name;
-  KernelTraits traits;
-  LaunchFn launch;
-  WorkspaceFn workspace_size;
-};
+using KernelEntry = RegistryEntry<KernelTraits, GemmParams>;
 
 // Called from static initializers of the kernel translation units. Returns true so it can initialise a bool.
 bool register_kernel(const KernelEntry& entry);

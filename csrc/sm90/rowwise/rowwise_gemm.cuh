@@ -129,24 +129,15 @@ struct RowwiseGemm {
 
 template <class Config>
 size_t workspace_size(const GemmParams& p) {
-  using G = RowwiseGemm<Config>;
-  return G::Gemm::get_workspace_size(G::arguments(p));
+  return gemm_workspace_size<RowwiseGemm<Config>>(p);
 }
 
 template <class Config>
 LaunchResult launch(const GemmParams& p) {
-  using G = RowwiseGemm<Config>;
-  return run_gemm<typename G::Gemm>(G::arguments(p), p.workspace, p.workspace_bytes, p.stream);
+  return gemm_launch<RowwiseGemm<Config>>(p);
 }
 
 }  // namespace fp8ext::sm90
 
-// Used once by each generated translation unit in kernels/: instantiates the kernel for CONFIG and adds it to
-// the registry under NAME when the library loads.
-#define FP8EXT_SM90_KERNEL(NAME, CONFIG)                                                                   \
-  template ::fp8ext::sm90::LaunchResult fp8ext::sm90::launch<CONFIG>(const ::fp8ext::sm90::GemmParams&);  \
-  template size_t fp8ext::sm90::workspace_size<CONFIG>(const ::fp8ext::sm90::GemmParams&);                \
-  namespace {                                                                                              \
-  const bool kRegistered = ::fp8ext::sm90::register_kernel(                                                \
-      {NAME, CONFIG::traits(), &::fp8ext::sm90::launch<CONFIG>, &::fp8ext::sm90::workspace_size<CONFIG>});  \
-  }
+// Used once by each generated translation unit in kernels/: the kernel for CONFIG, in the registry under NAME.
+#define FP8EXT_SM90_KERNEL(NAME, CONFIG) FP8EXT_SM90_REGISTER_KERNEL(register_kernel, GemmParams, NAME, CONFIG)
