@@ -5,7 +5,8 @@
 //   out[i, j] = sum_g scale_a(i, g) * scale_b(g, h) * sum_{k in group g} a[i, k] * b[k, j]  (+ bias[j])
 // a [M, K] row-major e4m3, b [K, N] column-major e4m3 (b(k, j) at b + j * ldb + k), out [M, N] row-major.
 // The scales are read through runtime strides, so torch's own layouts (strides (1, M) for scale_a's [M, K/128]
-// and (1, K/128) for scale_b's [K/128, N/128]) and any other are taken as they are, with no copy.
+// and (1, K/128) for scale_b's [K/128, N/128]) and any other are taken as they are, with no copy (the op's checks
+// take scale_b in torch's layout only, so that a square grid cannot pass untransposed: ops/scaled_mm_checks.cpp).
 // The accumulator is promoted into fp32 and scaled once per K group in the mainloop (CUTLASS's sm90 blockwise
 // mainloop); the epilogue only adds the bias and converts. A kernel compiled with swap_ab maps this onto its own
 // frame itself; callers never transpose anything.
