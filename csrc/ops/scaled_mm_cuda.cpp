@@ -10,6 +10,9 @@
 //                                  (dispatch.h), or torch._scaled_mm row-wise where the model predicts torch faster
 //   otherwise                   -> the float32 reference path on the GPU (correct, not fast)
 //
+// fp8ext::_scaled_mm_with_kernel takes the same arguments plus a kernel's name and runs that kernel alone, as a
+// forced one (no autotuner, no backstop): the choice that fp8ext.compile hands Inductor's autotuner per kernel.
+//
 // fp8ext::linear's CUDA backend (linear_cuda.cpp) quantizes and then takes the same route. The calls into
 // torch._scaled_mm are in torch_backstop.cpp, the autotuner's timing in autotune_timing.cpp, the kernels'
 // parameters in sm90_launch.cpp, and the faults that tests plant in place of torch's errors in testing_hooks.cpp.
@@ -72,14 +75,15 @@ namespace {
 
 Tensor run_sm90(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                 const std::optional<Tensor>& bias, const ScaledMmProblem& problem, const sm90::ProblemKey& key,
-                const cudaDeviceProp& props, bool use_fast_accum) {
+                const cudaDeviceProp& props, bool use_fast_accum, const sm90::KernelChoice& named = {}) {
   const cudaStream_t stream = current_cuda_stream(a.get_device_index());
   const bool capturing = stream_is_capturing(stream);
   std::string untuned_bucket;
   const sm90::Selection selection =
-      chosen_kernel(key, props, capturing,
-                    torch_can_run(problem, a.scalar_type(), b.scalar_type(), a.stride(0), bias.has_value()),
-                    &untuned_bucket);
+      named ? sm90::Selection{named}
+            : chosen_kernel(key, props, capturing,
+                            torch_can_run(problem, a.scalar_type(), b.scalar_type(), a.stride(0), bias.has_value()),
+                            &untuned_bucket);
   sm90::KernelChoice choice = selection.choice;
   if (selection.torch_rowwise && untuned_bucket.empty()) {
     return rowwise_via_torch(a, b, scale_a, scale_b, problem, use_fast_accum);
@@ -109,18 +113,19 @@ Tensor run_sm90(const Tensor& a, const Tensor& b, const Tensor& scale_a, const T
   return out;
 }
 
-// A forced block-scaled kernel wins (a forced row-wise kernel cannot compute the call); else the dispatch's pick,
-// without the stream-K kernels inside CUDA-graph capture, which may be torch._scaled_mm's block-wise path (the
-// backstop). The float32 reference path where no kernel was built.
+// A named kernel (_scaled_mm_with_kernel), else a forced block-scaled kernel (a forced row-wise kernel cannot
+// compute the call), else the dispatch's pick, without the stream-K kernels inside CUDA-graph capture, which may be
+// torch._scaled_mm's block-wise path (the backstop). The float32 reference path where no kernel was built.
 Tensor run_blockwise(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
-                     const std::optional<Tensor>& bias, const ScaledMmProblem& problem, const cudaDeviceProp& props) {
+                     const std::optional<Tensor>& bias, const ScaledMmProblem& problem, const cudaDeviceProp& props,
+                     const sm90::BlockwiseKernelEntry* named = nullptr) {
   const sm90::OutType out_type = to_out_type(problem.out_dtype);
   const cudaStream_t stream = current_cuda_stream(a.get_device_index());
-  FP8EXT_CHECK(!sm90::forced_kernel(), "fp8ext.scaled_mm: the forced kernel '",
+  FP8EXT_CHECK(named != nullptr || !sm90::forced_kernel(), "fp8ext.scaled_mm: the forced kernel '",
                sm90::choice_name(sm90::forced_kernel()), "' takes row-wise or tensor-wise scales and does not "
                "compute this block-wise call; force a block-wise kernel (fp8ext.blockwise_kernel_names()), or make "
                "this call outside the `with fp8ext.force_kernel(...):` block");
-  const sm90::BlockwiseKernelEntry* kernel = sm90::forced_blockwise_kernel();
+  const sm90::BlockwiseKernelEntry* kernel = named != nullptr ? named : sm90::forced_blockwise_kernel();
   if (kernel != nullptr) {
     FP8EXT_CHECK(kernel->traits.out == out_type, "fp8ext.scaled_mm: the forced kernel '", kernel->name,
                  "' writes ", sm90::to_string(kernel->traits.out), ", not the ", dtype_name(problem.out_dtype),
@@ -204,6 +209,38 @@ Tensor scaled_mm_cuda(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, std::o
   return run_sm90(a, b, scale_a, scale_b, bias, problem, key, props, use_fast_accum);
 }
 
-STABLE_TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) { m.impl("scaled_mm", TORCH_BOX(&scaled_mm_cuda)); }
+// The named kernel, which must compute the call: a block-scaled kernel for block-wise scales, else a row-wise one
+// (with scheduler options, "...@N4"). Checked as scaled_mm checks; no autotuner, no backstop.
+Tensor scaled_mm_with_kernel_cuda(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, std::optional<Tensor> bias,
+                                  std::optional<ScalarType> out_dtype, bool use_fast_accum, std::string kernel) {
+  const ScaledMmProblem problem = check_scaled_mm_args(a, b, scale_a, scale_b, bias, out_dtype);
+  const int device = a.get_device_index();
+  const st::accelerator::DeviceGuard guard(device);
+  if (problem.M == 0 || problem.N == 0 || problem.K == 0) {
+    return scaled_mm_reference(a, b, scale_a, scale_b, bias, problem);
+  }
+  const cudaDeviceProp& props = device_properties(device);
+  FP8EXT_CHECK(routing_cc(props) == 90, "fp8ext._scaled_mm_with_kernel: kernel '", kernel, "' needs compute "
+               "capability 9.0, this GPU (", props.name, ") has another");
+  if (problem.blockwise) {
+    const sm90::BlockwiseKernelEntry* entry = sm90::find_blockwise_kernel(kernel);
+    FP8EXT_CHECK(entry != nullptr, "fp8ext._scaled_mm_with_kernel: '", kernel, "' is not a block-scaled kernel of "
+                 "this build, and the call has block-wise scales (fp8ext.blockwise_kernel_names())");
+    return run_blockwise(a, b, scale_a, scale_b, bias, problem, props, entry);
+  }
+  std::string error;
+  const sm90::KernelChoice choice = sm90::parse_choice(kernel, &error);
+  FP8EXT_CHECK(choice, "fp8ext._scaled_mm_with_kernel: ", error, "; fp8ext.kernel_names() lists the kernels");
+  const sm90::ProblemKey key = problem_key(problem.M, problem.N, problem.K, problem.out_dtype, use_fast_accum,
+                                           a.scalar_type(), b.scalar_type());
+  FP8EXT_CHECK(sm90::kernel_matches(*choice.kernel, key), "fp8ext._scaled_mm_with_kernel: kernel '", kernel,
+               "' does not compute this call (", sm90::describe(key), ")");
+  return run_sm90(a, b, scale_a, scale_b, bias, problem, key, props, use_fast_accum, choice);
+}
+
+STABLE_TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) {
+  m.impl("scaled_mm", TORCH_BOX(&scaled_mm_cuda));
+  m.impl("_scaled_mm_with_kernel", TORCH_BOX(&scaled_mm_with_kernel_cuda));
+}
 
 }  // namespace fp8ext

@@ -41,6 +41,9 @@ STABLE_TORCH_LIBRARY(fp8ext, m) {
 #ifdef FP8EXT_WITH_CUDA
   // Defined only where they are implemented: python/fp8ext tells a build with CUDA kernels by _kernel_names.
   m.def("_kernel_names() -> str[]");
+  m.def(
+      "_scaled_mm_with_kernel(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, "
+      "ScalarType? out_dtype, bool use_fast_accum, str kernel) -> Tensor");
   m.def("_force_kernel(str name) -> ()");
   m.def("_forced_kernel() -> str");
   m.def("_testing_fault(str fault) -> ()");
