@@ -11,7 +11,9 @@
 //   otherwise                   -> the float32 reference path on the GPU (correct, not fast)
 //
 // fp8ext::_scaled_mm_with_kernel takes the same arguments plus a kernel's name and runs that kernel alone, as a
-// forced one (no autotuner, no backstop): the choice that fp8ext.compile hands Inductor's autotuner per kernel.
+// forced one (no autotuner, no backstop): the choices that fp8ext.compile hands Inductor's autotuner. An empty
+// name is scaled_mm's own routing. It has no Python autograd guard, so that a compiled graph's call costs the host
+// no Python.
 //
 // fp8ext::linear's CUDA backend (linear_cuda.cpp) quantizes and then takes the same route. The calls into
 // torch._scaled_mm are in torch_backstop.cpp, the autotuner's timing in autotune_timing.cpp, the kernels'
@@ -210,9 +212,11 @@ Tensor scaled_mm_cuda(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, std::o
 }
 
 // The named kernel, which must compute the call: a block-scaled kernel for block-wise scales, else a row-wise one
-// (with scheduler options, "...@N4"). Checked as scaled_mm checks; no autotuner, no backstop.
+// (with scheduler options, "...@N4"). Checked as scaled_mm checks; no autotuner, no backstop. "" routes as
+// scaled_mm does.
 Tensor scaled_mm_with_kernel_cuda(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, std::optional<Tensor> bias,
                                   std::optional<ScalarType> out_dtype, bool use_fast_accum, std::string kernel) {
+  if (kernel.empty()) return scaled_mm_cuda(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum);
   const ScaledMmProblem problem = check_scaled_mm_args(a, b, scale_a, scale_b, bias, out_dtype);
   const int device = a.get_device_index();
   const st::accelerator::DeviceGuard guard(device);
