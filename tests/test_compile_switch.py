@@ -1,185 +1,228 @@
-"""fp8ext.compile: the post-grad pass that rewrites aten._scaled_mm into fp8ext.scaled_mm, on graphs built here (no
-GPU): which nodes it takes and which it leaves to Inductor, that a rewritten graph computes eager fp8ext's result,
-and the switch itself (on, off, a block, a user's pass kept, the cache key)."""
+"""fp8ext.compile: which of its kernels it offers Inductor for an aten._scaled_mm call and where it offers none, the
+switch itself (on, off, a block, a factory set before it, the cache key, a torch without the hook), and the
+quantize decomposition: the traced graph before and after, and compiled bits equal to the eager op's (Inductor's CPU
+backend here; the GPU tests in test_compile_gpu.py)."""
+import pickle
+
 import pytest
 import torch
 import torch._inductor.config as inductor_config
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._inductor import decomposition
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import fp8ext
-from fp8ext.compile import rewrite_scaled_mm
-from fp8ext.testing import (random_blockwise_operands, random_fp8, random_operands, random_scales,
-                            torch_cpu_takes_rowwise_scales)
+from fp8ext.compile import choices, decompositions
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
-needs_kernel_queries = pytest.mark.skipif(not fp8ext.kernel_names(), reason="the decision asks a CUDA build's cost model")
-SCALED_MM = torch.ops.aten._scaled_mm.default
+CUDA = torch.device("cuda")
+needs_kernel_queries = pytest.mark.skipif(not fp8ext.kernel_names(), reason="the choices ask a CUDA build's cost model")
 
 
-def graph_of(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, scale_result=None, use_fast_accum=True):
-    """A post-grad-like graph of one aten._scaled_mm call: placeholders and the node carry fake values, as Inductor's
-    do, and the output's value is what torch._scaled_mm would return (its shape, the given dtype)."""
-    graph = torch.fx.Graph()
-    mode = FakeTensorMode()
-    inputs = {}
-    for name, t in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b), ("bias", bias),
-                    ("scale_result", scale_result)):
-        if t is not None:
-            node = graph.placeholder(name)
-            node.meta["val"] = mode.from_tensor(t)
-            inputs[name] = node
-    node = graph.call_function(SCALED_MM, (inputs["a"], inputs["b"], inputs["scale_a"], inputs["scale_b"]),
-                               {"bias": inputs.get("bias"), "scale_result": inputs.get("scale_result"),
-                                "out_dtype": out_dtype, "use_fast_accum": use_fast_accum})
-    with mode:
-        node.meta["val"] = torch.empty(a.shape[0], b.shape[1], dtype=out_dtype or a.dtype)
-    graph.output(node)
-    return graph, [t for t in (a, b, scale_a, scale_b, bias, scale_result) if t is not None]
+def operand(sizes, strides=None, dtype=E4M3, device=CUDA, offset=0):
+    if strides is None:
+        strides = torch.empty(sizes, device="meta").stride()
+    return (list(sizes), list(strides), offset, dtype, device)
 
 
-def targets(graph):
-    return [n.target for n in graph.nodes if n.op == "call_function"]
+def rowwise(M=16, N=4096, K=4096, a_dtype=E4M3, b_dtype=E4M3, device=CUDA):
+    """(a, b, scale_a, scale_b) of a row-wise call as offered_kernels takes them: b column-major (w.t())."""
+    return (operand((M, K), dtype=a_dtype, device=device), operand((K, N), (1, K), b_dtype, device),
+            operand((M, 1), dtype=torch.float32, device=device), operand((1, N), dtype=torch.float32, device=device))
 
 
 @needs_kernel_queries
 @pytest.mark.parametrize("M", [1, 16, 100])
-def test_rowwise_call_fp8ext_runs_is_rewritten_and_computes_eager_fp8ext(M):
-    N, K = 4096, 4096
-    assert fp8ext.selected_kernel(M, N, K) != "torch._scaled_mm"  # decode sizes: fp8ext's kernels (an H200's pick)
-    a, b, sa, sb = random_operands(M, N, K)
-    bias = torch.randn(N).bfloat16()
-    graph, args = graph_of(a, b, sa, sb, bias=bias)
-    assert rewrite_scaled_mm(graph) == 1
-    assert targets(graph) == [torch.ops.fp8ext.scaled_mm.default]
-    out = torch.fx.GraphModule(torch.nn.Module(), graph)(*args)
-    assert torch.equal(out, fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.bfloat16, use_fast_accum=True))
+def test_a_static_rowwise_call_is_offered_the_cost_model_s_best_kernels(M):
+    offered = choices.offered_kernels(*rowwise(M), None, torch.bfloat16, True, static=True)
+    ranking = fp8ext.selected_kernel(M, 4096, 4096, explain=True)["ranking"]
+    assert offered == [r["kernel"] for r in ranking[:choices.TOP_KERNELS]] and len(offered) == choices.TOP_KERNELS
+    assert all(fp8ext.kernel_traits(name)["accum"] == "fast" for name in offered)
+    precise = choices.offered_kernels(*rowwise(M), None, torch.float16, False, static=True)
+    assert all(fp8ext.kernel_traits(n)["accum"] == "precise" and fp8ext.kernel_traits(n)["out"] == "f16"
+               for n in precise)
 
 
 @needs_kernel_queries
-def test_blockwise_call_fp8ext_runs_is_rewritten():
+def test_a_bias_and_a_large_m_are_offered_too():
+    # Inductor times the offers against cuBLASLt: fp8ext offers even where its cost model predicts torch faster.
+    a, b, sa, sb = rowwise(8192, 8192, 8192)
+    assert len(choices.offered_kernels(a, b, sa, sb, operand((8192,), dtype=torch.bfloat16), torch.bfloat16, True,
+                                       static=True)) == choices.TOP_KERNELS
+
+
+@needs_kernel_queries
+def test_a_dynamic_shape_is_offered_fp8ext_s_routing():
+    assert choices.offered_kernels(*rowwise(37), None, torch.bfloat16, True, static=False) == [""]
+
+
+@needs_kernel_queries
+def test_a_blockwise_call_is_offered_the_blockwise_dispatch_s_kernel():
     M, N, K = 8, 2048, 1536
-    assert fp8ext.selected_blockwise_kernel(M, N, K) != "torch._scaled_mm"
-    a, b, sa, sb = random_blockwise_operands(M, N, K)
-    graph, args = graph_of(a, b, sa, sb, use_fast_accum=False)
-    assert rewrite_scaled_mm(graph) == 1
-    out = torch.fx.GraphModule(torch.nn.Module(), graph)(*args)
-    assert torch.equal(out, fp8ext.scaled_mm(a, b, sa, sb))
+    G, H = K // 128, N // 128
+    a, b = operand((M, K)), operand((K, N), (1, K))
+    sa, sb = operand((M, G), (1, M), torch.float32), operand((G, H), (1, G), torch.float32)
+    assert choices.offered_kernels(a, b, sa, sb, None, torch.bfloat16, False, static=True) == [
+        fp8ext.selected_blockwise_kernel(M, N, K, torch_ok=False)]
 
 
 @needs_kernel_queries
-def test_a_call_the_cost_model_gives_to_torch_stays_aten():
-    # Large M on a weight where cuBLASLt is predicted faster: the node stays for Inductor to lower (and, under
-    # max-autotune, to weigh against its Triton templates).
-    shape = next(((M, N, K) for M in (4096, 8192, 16384) for N, K in ((4096, 4096), (28672, 4096), (8192, 8192))
-                  if fp8ext.selected_kernel(M, N, K) == "torch._scaled_mm"), None)
-    if shape is None:
-        pytest.skip("the cost model gives none of these large shapes to torch")
-    a, b, sa, sb = random_operands(*shape)
-    graph, _ = graph_of(a, b, sa, sb)
-    assert rewrite_scaled_mm(graph) == 0 and targets(graph) == [SCALED_MM]
-
-
-def _rowwise(M=16, N=256, K=256, a_dtype=E4M3, b_dtype=E4M3):
-    a = random_fp8(M, K, a_dtype)
-    b = random_fp8(N, K, b_dtype).t()
-    return a, b, random_scales(M, shape=(M, 1)), random_scales(N, shape=(1, N))
-
-
 @pytest.mark.parametrize("case", ["tensor-wise", "e5m2 x e5m2", "K not a multiple of 16", "fp8 output",
-                                  "scale_result", "scale_b of another shape"])
-def test_calls_fp8ext_does_not_take_stay_aten(case):
-    a, b, sa, sb = _rowwise()
-    kwargs = {}
+                                  "scale_b of another shape", "b row-major", "misaligned a", "on the CPU",
+                                  "empty M"])
+def test_calls_fp8ext_does_not_compute_are_offered_nothing(case):
+    a, b, sa, sb = rowwise()
+    out_dtype = torch.bfloat16
     if case == "tensor-wise":
-        sa, sb = random_scales(1, shape=()), random_scales(1, shape=())
+        sa, sb = operand((), dtype=torch.float32), operand((), dtype=torch.float32)
     elif case == "e5m2 x e5m2":
-        a, b, sa, sb = _rowwise(a_dtype=E5M2, b_dtype=E5M2)
+        a, b, sa, sb = rowwise(a_dtype=E5M2, b_dtype=E5M2)
     elif case == "K not a multiple of 16":
-        a, b, sa, sb = _rowwise(K=40)
+        a, b, sa, sb = rowwise(K=40)
     elif case == "fp8 output":
-        kwargs["out_dtype"] = None  # torch._scaled_mm then returns a's dtype, which fp8ext does not write
-    elif case == "scale_result":
-        kwargs["scale_result"] = random_scales(1, shape=())
+        out_dtype = E4M3
+    elif case == "scale_b of another shape":
+        sb = operand((4096, 1), dtype=torch.float32)
+    elif case == "b row-major":
+        b = operand((4096, 4096))
+    elif case == "misaligned a":
+        a = operand((16, 4096), offset=8)
+    elif case == "on the CPU":
+        a, b, sa, sb = rowwise(device=torch.device("cpu"))
     else:
-        sb = random_scales(256, shape=(256, 1))
-    graph, _ = graph_of(a, b, sa, sb, **kwargs)
-    assert rewrite_scaled_mm(graph) == 0 and targets(graph) == [SCALED_MM]
+        a, b, sa, sb = rowwise(M=0)
+    assert choices.offered_kernels(a, b, sa, sb, None, out_dtype, True, static=True) == []
 
 
-def test_the_switch_sets_and_restores_inductor_s_post_grad_pass():
+@pytest.fixture
+def restore_inductor():
+    before = inductor_config.inductor_choices_class
+    yield
+    fp8ext.compile.disable()
+    inductor_config.inductor_choices_class = before
+
+
+class UserChoices:
+    """A user's choices factory, made from a class so that it pickles."""
+
+    def __call__(self):
+        from torch._inductor.choices import InductorChoices
+        handler = InductorChoices()
+        handler.uuid = lambda: "user-choices-1"
+        return handler
+
+
+def test_the_switch_sets_and_restores_the_choices_factory_and_the_decompositions(restore_inductor):
     assert not fp8ext.compile.is_enabled()
-    before = inductor_config.post_grad_custom_post_pass
-    try:
-        seen = []
-
-        from torch._inductor.custom_graph_pass import CustomGraphPass
-
-        class UserPass(CustomGraphPass):
-            def __call__(self, graph):
-                seen.append(graph)
-
-            def uuid(self):
-                return "user-pass-1"
-
-        user = UserPass()
-        inductor_config.post_grad_custom_post_pass = user
-        with fp8ext.compile.enabled():
-            installed = inductor_config.post_grad_custom_post_pass
-            assert fp8ext.compile.is_enabled() and installed is not user
-            graph, _ = graph_of(*_rowwise(), out_dtype=None)
-            installed(graph)
-            assert seen == [graph]  # the user's pass still runs, first
-            key = installed.uuid()
-            assert key and key == fp8ext.compile._make_pass(user).uuid() and "user-pass-1" in key
-            assert fp8ext.compile._make_pass(None).uuid() != key  # a different chain is a different graph
-        assert inductor_config.post_grad_custom_post_pass is user and not fp8ext.compile.is_enabled()
-        fp8ext.compile.enable()
-        fp8ext.compile.enable()  # idempotent
-        fp8ext.compile.disable()
-        assert inductor_config.post_grad_custom_post_pass is user
-    finally:
-        fp8ext.compile.disable()
-        inductor_config.post_grad_custom_post_pass = before
-
-
-def test_a_torch_without_custom_passes_gets_one_clear_error(monkeypatch):
-    import builtins
-    real_import = builtins.__import__
-
-    def no_custom_graph_pass(name, *args, **kwargs):
-        if name == "torch._inductor.custom_graph_pass":
-            raise ImportError("No module named 'torch._inductor.custom_graph_pass'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_custom_graph_pass)
-    with pytest.raises(RuntimeError, match="fp8ext.compile needs torch._inductor.custom_graph_pass.CustomGraphPass"):
-        fp8ext.compile.enable()
-    assert not fp8ext.compile.is_enabled()
-
-
-@needs_kernel_queries
-def test_a_compiled_function_runs_fp8ext_and_equals_eager_fp8ext():
-    # End to end through Inductor (on the CPU here: the rewritten node falls back to fp8ext's CPU implementation):
-    # the weight is transposed inside the graph, as a model does, and a dynamic M goes through fp8ext too.
-    from torch._inductor.utils import run_and_get_code
-
-    def f(a, w, scale_a, scale_b):
-        return torch._scaled_mm(a, w.t(), scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_accum=True)
-
-    a, b, sa, sb = random_operands(16, 1024, 1024)
-    w = b.t()
-    torch._dynamo.reset()
+    user = UserChoices()
+    inductor_config.inductor_choices_class = user
+    table = decompositions.table()
     with fp8ext.compile.enabled():
-        out, code = run_and_get_code(torch.compile(f), a, w, sa, sb)
-        assert any("fp8ext.scaled_mm" in c for c in code)
-        assert torch.equal(out, fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True))
-        torch._dynamo.reset()
-        dynamic = torch.compile(f, dynamic=True)
-        for M in (3, 40):
-            a, _, sa, _ = random_operands(M, 1024, 1024)
-            assert torch.equal(dynamic(a, w, sa, sb),
-                               fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True))
+        factory = inductor_config.inductor_choices_class
+        assert fp8ext.compile.is_enabled() and factory.previous is user
+        handler = factory()
+        assert handler.uuid() == f"{choices.own_key()}+user-choices-1"  # the user's key is kept in the key
+        assert pickle.loads(pickle.dumps(factory)).key == factory.key  # the FX graph cache pickles it
+        assert all(decomposition.select_decomp_table()[op] is fn for op, fn in table.items())
+        fp8ext.compile.enable()  # idempotent
+        assert inductor_config.inductor_choices_class is factory
+    assert inductor_config.inductor_choices_class is user and not fp8ext.compile.is_enabled()
+    assert not any(op in decomposition.select_decomp_table() for op in table)
+    fp8ext.compile.disable()  # a second disable changes nothing
+    assert inductor_config.inductor_choices_class is user
+
+
+def test_the_handler_adds_offers_to_scaled_mm_alone(restore_inductor, monkeypatch):
+    calls = []
+    monkeypatch.setattr(choices, "scaled_mm_choices", lambda *args: calls.append(args) or ["fp8ext-choice"])
+    with fp8ext.compile.enabled():
+        handler = inductor_config.inductor_choices_class()
+        monkeypatch.setattr(type(handler), "get_template_configs", lambda self, *a, **k: ["inductor-choice"])
+        handler = inductor_config.inductor_choices_class()
+        assert handler.get_template_configs("inputs", [], "scaled_mm", {}) == ["inductor-choice", "fp8ext-choice"]
+        assert handler.get_template_configs("inputs", [], "mm", {}) == ["inductor-choice"]
+    assert len(calls) == 1
+
+
+def test_a_torch_without_the_hook_gets_one_clear_error(monkeypatch):
+    from torch._inductor.choices import InductorChoices
+    monkeypatch.delattr(InductorChoices, "get_template_configs")
+    with pytest.raises(RuntimeError, match="fp8ext.compile needs InductorChoices.get_template_configs"):
+        fp8ext.compile.enable()
+    assert not fp8ext.compile.is_enabled()
+
+
+def layer(K=64, N=32):
+    linear = torch.nn.Linear(K, N, bias=True, dtype=torch.bfloat16)
+    return fp8ext.Float8Linear.from_linear(linear)
+
+
+def call_targets(fn, *args):
+    graph = make_fx(fn, decomposition_table=decomposition.select_decomp_table())(*args).graph
+    return [n.target for n in graph.nodes if n.op == "call_function"]
+
+
+def test_the_traced_graph_before_and_after_the_switch(restore_inductor):
+    f8 = layer()
+    x = torch.randn(5, 64, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert call_targets(f8, x) == [torch.ops.fp8ext.linear.default]
+        with fp8ext.compile.enabled():
+            after = call_targets(f8, x)
+    ops = {str(t) for t in after}
+    # The quantize in torch ops (Inductor fuses them into the producer), then the GEMM; the checks ran while
+    # tracing and are not in the graph.
+    assert torch.ops.fp8ext.linear.default not in after and torch.ops.aten.amax.default in after
+    assert torch.ops.fp8ext.scaled_mm.default in after and not any("_check_" in op for op in ops)
+
+
+def nasty_rows(dtype, K=256):
+    """Rows for the quantize: random, one all zero, one with a NaN, one huge, one tiny."""
+    x = torch.randn(6, K) * 3
+    x[1] = 0
+    x[2, 7] = float("nan")
+    x[3] *= 1e4 if dtype != torch.float16 else 10
+    x[4] *= 1e-6
+    return x.to(dtype)
+
+
+def same_bits(a, b):
+    """Every value's bits equal, NaN where the other has NaN (of either sign: the NaN row's sign bit is not part of
+    the op's contract)."""
+    nan = a.float().isnan()
+    if not torch.equal(nan, b.float().isnan()):
+        return False
+    bits = (lambda t: t.view(torch.uint8) if t.element_size() == 1 else t.view(torch.int32))
+    return torch.equal(bits(a)[~nan], bits(b)[~nan])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_the_compiled_quantize_equals_the_eager_op_bit_for_bit(restore_inductor, dtype):
+    x = nasty_rows(dtype)
     torch._dynamo.reset()
-    if torch_cpu_takes_rowwise_scales():  # switched off it is torch's _scaled_mm again, where the CPU has it
-        _, code = run_and_get_code(torch.compile(f), a, w, sa, sb)
-        assert not any("fp8ext.scaled_mm" in c for c in code)
+    with fp8ext.compile.enabled(), torch.no_grad():
+        compiled = torch.compile(lambda x: (torch.ops.fp8ext.quantize_rowwise(x, E4M3, None),
+                                            torch.ops.fp8ext.quantize_rowwise(x, E5M2, 2.5)), fullgraph=True)
+        got = compiled(x)
+    want = (torch.ops.fp8ext.quantize_rowwise(x, E4M3, None), torch.ops.fp8ext.quantize_rowwise(x, E5M2, 2.5))
+    for (q, s), (q_ref, s_ref) in zip(got, want):
+        assert same_bits(q, q_ref) and same_bits(s, s_ref)
+
+
+def test_a_compiled_float8_linear_equals_the_eager_layer(restore_inductor):
+    f8 = layer()
+    x = torch.randn(2, 3, 64, dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    with fp8ext.compile.enabled(), torch.no_grad():
+        out = torch.compile(f8, fullgraph=True)(x)
+    with torch.no_grad():
+        assert torch.equal(out, f8(x))
+
+
+def test_chosen_reads_the_generated_code():
+    code = ("buf0 = torch.ops.fp8ext._scaled_mm_with_kernel.default(arg0_1, arg1_1, arg2_1, arg3_1, None, "
+            "torch.bfloat16, True, 'pp_64x128x128_c1x1_ov_fast_bf16@H1')\n"
+            "buf1 = torch.ops.fp8ext._scaled_mm_with_kernel.default(a, b, c, d, None, torch.bfloat16, True, '')\n"
+            "extern_kernels._scaled_mm(arg0_1, arg1_1, arg2_1, arg3_1, out_dtype=torch.bfloat16)\n"
+            "triton_tem_fused__scaled_mm_0.run(arg0_1, arg1_1, buf2, stream=stream0)\n")
+    assert fp8ext.compile.chosen([code]) == ["pp_64x128x128_c1x1_ov_fast_bf16@H1", "fp8ext", "aten",
+                                             "triton_tem_fused__scaled_mm_0"]

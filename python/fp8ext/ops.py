@@ -184,6 +184,13 @@ def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=None, use_fast_
     return a.new_empty((a.size(0), b.size(1)), dtype=out_dtype)
 
 
+if hasattr(torch.ops.fp8ext, "_kernel_names"):  # a CUDA build: the op exists
+    @torch.library.register_fake("fp8ext::_scaled_mm_with_kernel")
+    def _scaled_mm_with_kernel_fake(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, kernel):
+        # fp8ext.compile's choices (python/fp8ext/compile): scaled_mm on one named kernel, checked alike.
+        return _scaled_mm_fake(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias: Optional[torch.Tensor] = None,
            use_fast_accum: bool = True) -> torch.Tensor:
     """A linear layer's forward on an FP8 weight, in one call: ``x`` quantized per token (``quantize_rowwise``),

@@ -145,12 +145,16 @@ def _quantize_blockwise_fake(x, dtype=None):
     return q, x.new_empty((-(-K // BLOCK), M), dtype=torch.float32).t()
 
 
-@torch.library.register_fake("fp8ext::quantize_rowwise")
-def _quantize_rowwise_fake(x, dtype=None, scale_ub=None):
-    # The C++ validation on the traced tensor's metadata, so that tracing raises the eager messages.
+def _check_quantize_rowwise(x, dtype, scale_ub) -> None:
+    """The C++ validation of quantize_rowwise on x's metadata, so that tracing raises the eager messages."""
     _refuse_missing("fp8ext.quantize_rowwise", ("x",), (x,))
     _run_check(torch.ops.fp8ext._check_quantize_rowwise_meta, [_size_hint(s) for s in x.shape],
                [_size_hint(s) for s in x.stride()], x.dtype, dtype, scale_ub)
+
+
+@torch.library.register_fake("fp8ext::quantize_rowwise")
+def _quantize_rowwise_fake(x, dtype=None, scale_ub=None):
+    _check_quantize_rowwise(x, dtype, scale_ub)
     q = x.new_empty(x.shape, dtype=E4M3 if dtype is None else dtype)
     return q, x.new_empty((*x.shape[:-1], 1), dtype=torch.float32)
 

@@ -1,0 +1,152 @@
+"""The compile suite's model section: Llama-3-8B-shaped models (transformers, random weights, attention
+sdpa_packed_gqa) compiled with and without fp8ext.compile.
+
+Runs, each the decoder layers compiled (inductor, default mode, static shapes, one graph per layer shape, reused by
+every layer) with the switch in the state named:
+
+    bf16                      the bf16 model, switch off
+    fp8ext_fused              fp8ext.convert(model, fuse_siblings=True), switch on: the quantize fused into RMSNorm
+                              and SiLU-mul, fp8ext's GEMMs
+    fp8ext_fused_no_switch    the same model, switch off: the quantize is a launch of its own
+    torchao_switch            torchao's Float8DynamicActivationFloat8WeightConfig(PerRow()), switch on: its
+                              torch._scaled_mm calls get fp8ext's kernels among Inductor's choices
+    torchao                   the same model, switch off
+
+Each run is compiled in turn (the first call of each shape: `compile_s`), its steps captured as CUDA graphs, and
+then every run's graphs are timed in interleaved turns: decode at batch 1 and 8 (one token against a static KV cache
+of 256) and prefill 1 x 2048 (the last token's logits). A torch.profiler trace of one batch-1 decode replay counts
+each run's kernels per layer, its quantize kernels and fp8ext's kernels. Inductor's FX graph and autotune caches
+are off, so that every compile is a whole one; the switch's runs compile first, so that any cache the two share
+(Triton's kernel cache) favours the runs without it.
+"""
+from __future__ import annotations
+
+import copy
+import time
+import types
+
+import torch
+
+from .. import compile as fp8ext_compile
+from ..nn import convert
+from . import llama_models
+from .common import geomean, guarded
+from .suites.model import time_ms
+
+RUNS = (("bf16", "bf16", False), ("fp8ext_fused", "fp8ext_fused", True),
+        ("fp8ext_fused_no_switch", "fp8ext_fused", False), ("torchao_switch", "torchao", True),
+        ("torchao", "torchao", False))
+DECODE_BATCHES = (1, 8)
+PREFILL = (1, 2048)
+CTX = 256
+
+
+def _compile_layers(model, run: str) -> None:
+    """Each decoder layer through one torch.compile'd function of this run's own (a code object per run, so that
+    Dynamo's cache, which does not see the switch, never hands one run another's graph)."""
+    namespace: dict = {}
+    exec(f"def layer_{run}(layer, *args, **kwargs):\n    return layer._fp8ext_eager_forward(*args, **kwargs)\n",
+         namespace)
+    compiled = torch.compile(namespace[f"layer_{run}"], dynamic=False)
+    for layer in model.model.layers:
+        if not hasattr(layer, "_fp8ext_eager_forward"):
+            layer._fp8ext_eager_forward = layer.forward
+        layer.forward = types.MethodType(lambda self, *a, **k: compiled(self, *a, **k), layer)
+
+
+def _steps(model, vocab: int) -> dict:
+    steps = {f"decode_b{b}": llama_models.decode_step(model, b, CTX, vocab, "cuda") for b in DECODE_BATCHES}
+    ids = torch.randint(0, vocab, PREFILL, generator=torch.Generator().manual_seed(7)).to("cuda")
+    steps["prefill_1x2048"] = lambda: llama_models.prefill(model, ids).logits
+    return steps
+
+
+def _profile(replay, layers: int) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+    replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        replay()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return {"kernels_per_step": len(names), "kernels_per_layer": len(names) / layers,
+            "quantize_kernels_per_step": sum("quantize" in n for n in names),
+            "fp8ext_kernels_per_step": sum("fp8ext" in n for n in names),
+            "cublas_kernels_per_step": sum(n.startswith(("nvjet", "sm90_xmma", "cutlass3x")) for n in names)}
+
+
+def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int = 3) -> dict:
+    import torch._inductor.config as inductor_config
+    base = llama_models.build_model("8b", layers, llama_models.LLAMA3_VOCAB, "cuda", attention="sdpa_packed_gqa")
+    models = {"bf16": base}
+    models["fp8ext_fused"] = copy.deepcopy(base)
+    convert(models["fp8ext_fused"], fuse_siblings=True)
+    ao = guarded(lambda: llama_models.torchao_variant(base))
+    errors = {}
+    if isinstance(ao, str):
+        errors["torchao"] = ao
+    else:
+        models["torchao"] = ao
+    # Every run compiles a few shapes of one function: well within Dynamo's limits, raised anyway so that a guard
+    # that fails per layer shows as compile time rather than as layers falling back to eager.
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
+    torch._dynamo.config.accumulated_cache_size_limit = max(torch._dynamo.config.accumulated_cache_size_limit, 1024)
+    graphs, compile_s, profiles = {}, {}, {}
+    with inductor_config.patch(fx_graph_cache=False, autotune_local_cache=False), torch.no_grad():
+        for run, variant, switch in sorted(RUNS, key=lambda r: not r[2]):
+            if variant not in models:
+                errors[run] = errors.get(variant, "not built")
+                continue
+            if switch:
+                fp8ext_compile.enable()
+            else:
+                fp8ext_compile.disable()
+            model = models[variant]
+            _compile_layers(model, run)
+            start = time.perf_counter()
+            steps = _steps(model, llama_models.LLAMA3_VOCAB)  # the decode steps prefill their KV caches: compiles
+            torch.cuda.synchronize()
+            graphs[run], compile_s[run] = {}, time.perf_counter() - start
+            for name, step in steps.items():
+                start = time.perf_counter()
+                got = guarded(step)
+                torch.cuda.synchronize()
+                compile_s[run] += time.perf_counter() - start
+                graphs[run][name] = got if isinstance(got, str) else guarded(lambda s=step: llama_models.cuda_graph(s))
+            fp8ext_compile.disable()
+            if not isinstance(graphs[run].get("decode_b1"), str):
+                got = guarded(lambda: _profile(graphs[run]["decode_b1"], layers))
+                profiles[run] = got if isinstance(got, dict) else {"error": got}
+            if not quiet:
+                print(f"model section: {run} compiled in {compile_s[run]:.1f} s", flush=True)
+    ms = {}
+    for name in ("decode_b1", "decode_b8", "prefill_1x2048"):
+        fns = {run: g[name] for run, g in graphs.items() if not isinstance(g.get(name), str)}
+        ms[name] = {**{run: g[name] for run, g in graphs.items() if isinstance(g.get(name), str)},
+                    **time_ms(fns, iters, rounds)}
+
+    def over(name, slow, fast):
+        a, b = ms[name].get(slow), ms[name].get(fast)
+        return a / b if isinstance(a, float) and isinstance(b, float) else None
+
+    torchao_ratios = {"decode_b1_ratio": over("decode_b1", "torchao", "torchao_switch"),
+                      "decode_b8_ratio": over("decode_b8", "torchao", "torchao_switch"),
+                      "prefill_ratio": over("prefill_1x2048", "torchao", "torchao_switch")}
+    fused = {"decode_b1_vs_bf16": over("decode_b1", "bf16", "fp8ext_fused"),
+             "decode_b8_vs_bf16": over("decode_b8", "bf16", "fp8ext_fused"),
+             "prefill_vs_bf16": over("prefill_1x2048", "bf16", "fp8ext_fused"),
+             "decode_b1_switch_vs_no_switch": over("decode_b1", "fp8ext_fused_no_switch", "fp8ext_fused")}
+    summary = {**{f"torchao with/without switch {k}": v for k, v in torchao_ratios.items()},
+               **{f"fp8ext_fused compiled {k}": v for k, v in fused.items()},
+               "compile_s torchao with / without": f"{compile_s.get('torchao_switch')} / {compile_s.get('torchao')}",
+               "kernels per layer fp8ext_fused with / without the fused quantize": (
+                   f"{(profiles.get('fp8ext_fused') or {}).get('kernels_per_layer')} / "
+                   f"{(profiles.get('fp8ext_fused_no_switch') or {}).get('kernels_per_layer')}")}
+    del graphs, models
+    torch.cuda.empty_cache()
+    return {"config": "8b", "layers": layers, "attention": "sdpa_packed_gqa", "ms": ms, "torchao": torchao_ratios,
+            "fp8ext_fused": fused, "compile_s": compile_s, "profile_decode_b1": profiles, "errors": errors,
+            "kernels_per_layer": {"with_fused_quantize": (profiles.get("fp8ext_fused") or {}).get("kernels_per_layer"),
+                                  "without": (profiles.get("fp8ext_fused_no_switch") or {}).get("kernels_per_layer")},
+            "summary": summary, "geomean_torchao_ratio": geomean([v for v in torchao_ratios.values() if v])
+            if any(torchao_ratios.values()) else None}

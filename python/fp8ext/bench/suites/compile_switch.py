@@ -1,0 +1,128 @@
+"""compile: fp8ext.compile measured. Per shape, torch._scaled_mm compiled under max-autotune with and without the
+switch, and eager fp8ext; then Llama-3-8B-shaped models compiled with and without it (bench/compile_models.py).
+
+Shape rows: the 8B projections of the Llama grid at M = 1, 16, 128, 1024 and 4096, and every tenth row of the zoo's
+held-out split, fast accumulation. For each, f(a, w, sa, sb) = torch._scaled_mm(a, w.t(), sa, sb, out_dtype=bf16,
+use_fast_accum=True) is compiled (mode max-autotune-no-cudagraphs, static shapes) without the switch and with it;
+`chosen` is what the graph with the switch runs (fp8ext's kernel, "aten", or a Triton template). The two compiled
+functions and eager fp8ext.scaled_mm are then timed on the same tensors: the Timer (L2 flushed before each call,
+host held out, medians of interleaved turns).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ... import compile as fp8ext_compile
+from ... import ops
+from ...zoo import LLAMA3_LAYERS, zoo_rows
+from ..common import geomean, make_operands
+from ..registry import register_suite
+from ..timing import TIMER_METHOD, Timer
+
+SHAPE_M = (1, 16, 128, 1024, 4096)
+ZOO_EVERY = 10
+MODE = "max-autotune-no-cudagraphs"
+
+
+def shapes() -> list[dict]:
+    rows = [{"M": m, "N": n, "K": k, "split": "llama"} for n, k in LLAMA3_LAYERS["8b"].values() for m in SHAPE_M]
+    rows += [{"M": r["M"], "N": r["N"], "K": r["K"], "split": "heldout"} for r in zoo_rows("heldout")[::ZOO_EVERY]]
+    return rows
+
+
+def _scaled_mm(a, w, sa, sb):
+    return torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True)
+
+
+def compiled(a, w, sa, sb, switch: bool) -> tuple:
+    """f compiled afresh under MODE with the switch on or off: (the compiled function, seconds to compile and run it
+    once, what it runs)."""
+    from torch._inductor.utils import run_and_get_code
+    torch._dynamo.reset()
+    start = time.perf_counter()
+    with fp8ext_compile.enabled() if switch else _off():
+        fn = torch.compile(_scaled_mm, mode=MODE, dynamic=False, fullgraph=True)
+        _, code = run_and_get_code(fn, a, w, sa, sb)
+    torch.cuda.synchronize()
+    return fn, time.perf_counter() - start, fp8ext_compile.chosen(code)
+
+
+class _off:
+    def __enter__(self):
+        self.was = fp8ext_compile.is_enabled()
+        fp8ext_compile.disable()
+
+    def __exit__(self, *exc):
+        if self.was:
+            fp8ext_compile.enable()
+
+
+def shape_row(row: dict, timer: Timer, rounds: int) -> dict:
+    M, N, K = row["M"], row["N"], row["K"]
+    a, b, sa, sb = make_operands(M, N, K)
+    w = b.t()
+    without, without_s, without_chosen = compiled(a, w, sa, sb, switch=False)
+    with_fp8ext, with_s, chosen = compiled(a, w, sa, sb, switch=True)
+    eager = lambda: ops.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True)  # noqa: E731
+    t = timer.interleaved({"with": lambda: with_fp8ext(a, w, sa, sb), "without": lambda: without(a, w, sa, sb),
+                           "eager": eager}, rounds=rounds)
+    return {**row, "accum": "fast", "compiled_with_fp8ext_us": t["with"], "compiled_without_us": t["without"],
+            "eager_fp8ext_us": t["eager"], "ratio": t["without"] / t["with"], "chosen": chosen[0] if chosen else None,
+            "chosen_without": without_chosen[0] if without_chosen else None,
+            "compile_with_s": with_s, "compile_without_s": without_s,
+            "eager_fp8ext_kernel": ops.selected_kernel(M, N, K)}
+
+
+def summarize_shapes(rows: list[dict]) -> dict:
+    def gm(pred):
+        picked = [r["ratio"] for r in rows if pred(r["M"])]
+        return (geomean(picked), len(picked)) if picked else (None, 0)
+
+    small, small_n = gm(lambda m: m <= 128)
+    large, large_n = gm(lambda m: m >= 1024)
+    worst = min(rows, key=lambda r: r["ratio"]) if rows else None
+    return {"shapes": len(rows),
+            "geomean with/without, M <= 128": small, "rows at M <= 128": small_n,
+            "geomean with/without, M >= 1024": large, "rows at M >= 1024": large_n,
+            "geomean with/without, all": geomean([r["ratio"] for r in rows]) if rows else None,
+            "worst row": None if worst is None else f"{worst['M']}x{worst['N']}x{worst['K']}: {worst['ratio']:.3f}",
+            "rows below 0.98": sum(r["ratio"] < 0.98 for r in rows),
+            "fp8ext chosen": sum(bool(r["chosen"]) and r["chosen"] != "aten"
+                                 and not r["chosen"].startswith("triton_") for r in rows),
+            "compile s with / without (sum)": (f"{sum(r['compile_with_s'] for r in rows):.1f} / "
+                                               f"{sum(r['compile_without_s'] for r in rows):.1f}")}
+
+
+@register_suite("compile", help="fp8ext.compile: torch._scaled_mm compiled with and without the switch, per shape "
+                                "and in Llama-3-8B-shaped models (torchao PerRow, fp8ext.convert)",
+                defaults={"accum": "fast"},
+                options={"--shape-budget-s": dict(type=float, default=900,
+                                                   help="compile suite: seconds for the shape rows (900)"),
+                         "--no-shapes": dict(action="store_true", help="compile suite: the model section only"),
+                         "--no-models": dict(action="store_true", help="compile suite: the shape rows only"),
+                         "--model-layers": dict(type=int, default=32, help="compile suite: decoder layers (32)")})
+def compile_suite(args) -> dict:
+    from ..compile_models import model_section
+    timer = Timer(rep_ms=args.rep_ms or 60)
+    rows, left_out, start = [], [], time.time()
+    for row in ([] if args.no_shapes else shapes()):
+        if time.time() - start > args.shape_budget_s:
+            left_out.append(f"{row['M']}x{row['N']}x{row['K']}")
+            continue
+        got = shape_row(row, timer, args.rounds)
+        rows.append(got)
+        if not args.quiet:
+            print(f"{got['M']}x{got['N']}x{got['K']} ({got['split']}): with {got['compiled_with_fp8ext_us']:.1f} us "
+                  f"({got['chosen']}), without {got['compiled_without_us']:.1f} us ({got['chosen_without']}): "
+                  f"{got['ratio']:.3f}x; eager fp8ext {got['eager_fp8ext_us']:.1f} us", flush=True)
+    summary = summarize_shapes(rows) if rows else {}
+    if left_out:
+        summary["not measured (out of --shape-budget-s)"] = ", ".join(left_out)
+    record = {"method": __doc__.split("\n\n")[1].replace("\n", " ") + " " + TIMER_METHOD, "summary": summary,
+              "rows": rows}
+    if not args.no_models:
+        record["model"] = model_section(args.model_layers, quiet=args.quiet)
+        record["summary"].update({f"model {k}": v for k, v in record["model"]["summary"].items()})
+    return record

@@ -1,0 +1,115 @@
+"""fp8ext.compile on an sm_90 GPU: a compiled torch._scaled_mm runs what Inductor's autotuner chose among its own
+candidates and fp8ext's, and equals that candidate's eager result bit for bit; fullgraph, a dynamic M, CUDA graphs
+(mode reduce-overhead), the FX graph cache hit in a second process, and the named-kernel op itself."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch._inductor.utils import run_and_get_code
+
+import fp8ext
+from fp8ext.testing import random_blockwise_operands, random_operands
+
+pytestmark = pytest.mark.gpu
+WITH_KERNEL = torch.ops.fp8ext._scaled_mm_with_kernel.default if fp8ext.kernel_names() else None
+
+
+def scaled_mm(a, w, scale_a, scale_b):
+    return torch._scaled_mm(a, w.t(), scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_accum=True)
+
+
+def eager_of(chosen: str, a, b, sa, sb, fast=True):
+    """The eager result of what a compiled call chose."""
+    if chosen == "aten":
+        return torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
+    if chosen.startswith("triton_"):
+        return None  # a Triton template: no eager twin
+    return WITH_KERNEL(a, b, sa, sb, None, torch.bfloat16, fast, "" if chosen == "fp8ext" else chosen)
+
+
+def test_the_named_kernel_op_equals_forcing_it():
+    a, b, sa, sb = random_operands(48, 4096, 2048, device="cuda")
+    for name in fp8ext.selected_kernel(48, 4096, 2048, explain=True)["ranking"][:3]:
+        with fp8ext.force_kernel(name["kernel"]):
+            want = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True)
+        assert torch.equal(WITH_KERNEL(a, b, sa, sb, None, torch.bfloat16, True, name["kernel"]), want)
+    assert torch.equal(WITH_KERNEL(a, b, sa, sb, None, torch.bfloat16, True, ""),
+                       fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True))
+    with pytest.raises(RuntimeError, match="does not compute this call"):
+        WITH_KERNEL(a, b, sa, sb, None, torch.float16, True, fp8ext.selected_kernel(48, 4096, 2048))
+    blockwise = random_blockwise_operands(48, 2048, 1536, device="cuda")
+    name = fp8ext.selected_blockwise_kernel(48, 2048, 1536, torch_ok=False)
+    with fp8ext.force_kernel(name):
+        want = fp8ext.scaled_mm(*blockwise)
+    assert torch.equal(WITH_KERNEL(*blockwise, None, torch.bfloat16, False, name), want)
+
+
+@pytest.mark.parametrize("M", [1, 16, 2048])
+def test_a_compiled_scaled_mm_runs_the_chosen_candidate_and_equals_it(M):
+    a, b, sa, sb = random_operands(M, 4096, 4096, device="cuda")
+    torch._dynamo.reset()
+    with fp8ext.compile.enabled():
+        out, code = run_and_get_code(torch.compile(scaled_mm, fullgraph=True), a, b.t(), sa, sb)
+    chosen = fp8ext.compile.chosen(code)
+    assert len(chosen) == 1
+    want = eager_of(chosen[0], a, b, sa, sb)
+    assert want is None or torch.equal(out, want), chosen
+    if M <= 16:  # decode sizes, where fp8ext's kernels are well ahead of cuBLASLt
+        assert chosen[0] not in ("aten",) and not chosen[0].startswith("triton_"), chosen
+
+
+def test_a_dynamic_m_and_cuda_graphs():
+    K = N = 4096
+    _, b, _, sb = random_operands(1, N, K, device="cuda")
+    torch._dynamo.reset()
+    with fp8ext.compile.enabled():
+        a, _, sa, _ = random_operands(24, N, K, device="cuda")
+        torch._dynamo.mark_dynamic(a, 0)
+        torch._dynamo.mark_dynamic(sa, 0)
+        dynamic = torch.compile(scaled_mm, fullgraph=True)
+        out, code = run_and_get_code(dynamic, a, b.t(), sa, sb)
+        chosen = fp8ext.compile.chosen(code)
+        for M in (3, 24, 100):
+            a, _, sa, _ = random_operands(M, N, K, device="cuda")
+            want = eager_of(chosen[0], a, b, sa, sb)
+            assert want is None or torch.equal(dynamic(a, b.t(), sa, sb), want), chosen
+        torch._dynamo.reset()
+        a, _, sa, _ = random_operands(8, N, K, device="cuda")
+        graphed = torch.compile(scaled_mm, mode="reduce-overhead", fullgraph=True)
+        first, code = run_and_get_code(graphed, a, b.t(), sa, sb)
+        outs = [first.clone()] + [graphed(a, b.t(), sa, sb).clone() for _ in range(3)]  # replays
+        want = eager_of(fp8ext.compile.chosen(code)[0], a, b, sa, sb)
+        assert all(torch.equal(o, outs[0]) for o in outs)
+        assert want is None or torch.equal(outs[0], want)
+
+
+CHILD = textwrap.dedent("""
+    import json, sys, torch, fp8ext
+    from torch._dynamo.utils import counters
+    from fp8ext.testing import random_operands
+    a, b, sa, sb = random_operands(16, 4096, 4096, device="cuda", generator=torch.Generator().manual_seed(1))
+    fp8ext.compile.enable()
+    f = torch.compile(lambda a, w, sa, sb: torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16,
+                                                            use_fast_accum=True), fullgraph=True)
+    out = f(a, b.t(), sa, sb)
+    print(json.dumps({"inductor": dict(counters["inductor"]), "aot": dict(counters["aot_autograd"]),
+                      "sum": out.float().sum().item()}))
+""")
+
+
+def test_a_second_process_hits_the_cache_and_times_nothing(tmp_path):
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "TORCHINDUCTOR_FX_GRAPH_CACHE": "1"}
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert first["inductor"].get("select_algorithm_autotune", 0) >= 1  # the first compile timed the candidates
+    assert second["inductor"].get("select_algorithm_autotune", 0) == 0
+    hits = second["inductor"].get("fxgraph_cache_hit", 0) + second["aot"].get("autograd_cache_hit", 0)
+    assert hits >= 1 and second["sum"] == first["sum"]
