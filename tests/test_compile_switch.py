@@ -35,10 +35,9 @@ def rowwise(M=16, N=4096, K=4096, a_dtype=E4M3, b_dtype=E4M3, device=CUDA):
 def test_a_static_rowwise_call_is_offered_the_cost_model_s_best_kernels(M):
     offered = choices.offered_kernels(*rowwise(M), None, torch.bfloat16, True, static=True)
     ranking = fp8ext.selected_kernel(M, 4096, 4096, explain=True)["ranking"]
-    assert offered == [r["kernel"] for r in ranking[:choices.TOP_KERNELS]] and len(offered) == choices.TOP_KERNELS
-    assert all(fp8ext.kernel_traits(name)["accum"] == "fast" for name in offered)
+    assert offered == [r["kernel"] for r in ranking[:choices.TOP_KERNELS]] and offered
     precise = choices.offered_kernels(*rowwise(M), None, torch.float16, False, static=True)
-    assert all(fp8ext.kernel_traits(n)["accum"] == "precise" and fp8ext.kernel_traits(n)["out"] == "f16"
+    assert precise and all(fp8ext.kernel_traits(n)["accum"] == "precise" and fp8ext.kernel_traits(n)["out"] == "fp16"
                for n in precise)
 
 

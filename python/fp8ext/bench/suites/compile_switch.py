@@ -61,7 +61,7 @@ class _off:
 
 def shape_row(row: dict, timer: Timer, rounds: int) -> dict:
     M, N, K = row["M"], row["N"], row["K"]
-    a, b, sa, sb = make_operands(M, N, K)
+    a, b, sa, sb = make_operands(M, N, K)[:4]
     w = b.t()
     without, without_s, without_chosen = compiled(a, w, sa, sb, switch=False)
     with_fp8ext, with_s, chosen = compiled(a, w, sa, sb, switch=True)
