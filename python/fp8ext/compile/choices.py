@@ -7,7 +7,8 @@ Inductor lowers `aten._scaled_mm` (torch/_inductor/kernel/mm.py, tuned_scaled_mm
 handler answers as the one before it did and, for "scaled_mm", adds fp8ext's candidates (`offered_kernels`):
 
 - a static shape: the cost model's `TOP_KERNELS` best row-wise kernels with their scheduler options, or the block-wise
-  dispatch's kernel for block-wise scales; each runs through `fp8ext._scaled_mm_with_kernel` on that kernel alone;
+  dispatch's kernel for block-wise scales; each runs through `fp8ext._scaled_mm_with_kernel` on that kernel alone
+  and is timed with the host held out (`_time_on_gpu`);
 - a dynamic shape: one candidate, fp8ext's own routing per call (kernel name ""), with its torch backstop.
 
 Nothing is offered where fp8ext does not compute the call: tensor-wise scales (fp8ext hands those to torch anyway),
@@ -19,6 +20,7 @@ the factory's `uuid()`: fp8ext's version and this package's source).
 from __future__ import annotations
 
 import hashlib
+import types
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -80,10 +82,41 @@ def offered_kernels(a: tuple, b: tuple, scale_a: tuple, scale_b: tuple, bias: Op
     return [r["kernel"] for r in ranking[:TOP_KERNELS]]
 
 
+_WITH_KERNEL = "_scaled_mm_with_kernel"
+
+
 def _run(a, b, scale_a, scale_b, bias=None, *, out_dtype, use_fast_accum, kernel):
-    """What Inductor times for a choice (the generated code calls the op itself)."""
-    return torch.ops.fp8ext._scaled_mm_with_kernel.default(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum,
+    """A candidate's call (what _time_on_gpu times; the generated code calls the op itself)."""
+    return getattr(torch.ops.fp8ext, _WITH_KERNEL).default(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum,
                                                            kernel)
+
+
+def _create(a, b, scale_a, scale_b, bias=None, *, out_dtype, use_fast_accum, kernel):
+    """The chosen candidate in Inductor's IR: a fallback kernel calling the op (arguments by position: Inductor's
+    FallbackKernel.create names its own first parameter ``kernel``)."""
+    from torch._inductor import ir
+    return ir.FallbackKernel.create(getattr(torch.ops.fp8ext, _WITH_KERNEL).default, a, b, scale_a, scale_b, bias,
+                                    out_dtype, use_fast_accum, kernel)
+
+
+_TIMER = None
+
+
+def _time_on_gpu(caller, *args, out):
+    """A candidate's time in ms as Inductor's benchmark wants it, but with the host held out: the minimum of
+    L2-flushed calls, each started behind a spin kernel long enough for the host to have issued it (fp8ext.bench's
+    Timer). Inductor's own timing of an extern kernel records events around a call it issues right after a short
+    flush; on a slow host a call whose issue takes longer than its kernel then measures the host, and a candidate
+    that is faster on the GPU loses to a Triton launcher that is quicker to issue."""
+    global _TIMER
+    from ..bench.timing import Timer
+    fn = caller.to_callable()
+    result = fn(*args)
+    if out is not None:
+        out.copy_(result)  # Inductor may compare the candidates' outputs
+    if _TIMER is None:
+        _TIMER = Timer(rep_ms=10, warmup_ms=2)
+    return min(_TIMER.samples(lambda: fn(*args))) / 1e3
 
 
 _EXTERN = None
@@ -95,8 +128,8 @@ def _extern_choice():
     if _EXTERN is None:
         from torch._inductor.select_algorithm import ExternKernelChoice
         _EXTERN = ExternKernelChoice(_run, name="fp8ext_scaled_mm_with_kernel", has_out_variant=False,
-                                     op_overload=torch.ops.fp8ext._scaled_mm_with_kernel.default,
-                                     use_fallback_kernel=True)
+                                     op_overload=getattr(torch.ops.fp8ext, _WITH_KERNEL).default,
+                                     kernel_creator=_create)
     return _EXTERN
 
 
@@ -139,8 +172,12 @@ def scaled_mm_choices(kernel_inputs, templates, kwarg_overrides) -> list:
     names = offered_kernels(*operands[:4], bias, layout.dtype, fast, static)
     choice = _extern_choice()
     extra = {} if bias is not None else {"bias": None}
-    return [choice.bind(nodes, layout, **extra, out_dtype=layout.dtype, use_fast_accum=fast, kernel=name)
-            for name in names]
+    callers = []
+    for name in names:
+        caller = choice.bind(nodes, layout, **extra, out_dtype=layout.dtype, use_fast_accum=fast, kernel=name)
+        caller.benchmark = types.MethodType(_time_on_gpu, caller)
+        callers.append(caller)
+    return callers
 
 
 class ChoicesFactory:
