@@ -91,12 +91,23 @@ def _run(a, b, scale_a, scale_b, bias=None, *, out_dtype, use_fast_accum, kernel
                                                            kernel)
 
 
+class _NoNode:
+    """What FallbackKernel.create reads of the FX node being lowered, where none is (max-autotune settles a choice
+    later, in the scheduler): no metadata."""
+    meta: dict = {}
+    target = None
+
+
 def _create(a, b, scale_a, scale_b, bias=None, *, out_dtype, use_fast_accum, kernel):
     """The chosen candidate in Inductor's IR: a fallback kernel calling the op (arguments by position: Inductor's
     FallbackKernel.create names its own first parameter ``kernel``)."""
+    import contextlib
     from torch._inductor import ir
-    return ir.FallbackKernel.create(getattr(torch.ops.fp8ext, _WITH_KERNEL).default, a, b, scale_a, scale_b, bias,
-                                    out_dtype, use_fast_accum, kernel)
+    from torch._inductor.virtualized import V
+    lowering = isinstance(V.current_node, torch.fx.Node)
+    with contextlib.nullcontext() if lowering else V.set_current_node(_NoNode()):
+        return ir.FallbackKernel.create(getattr(torch.ops.fp8ext, _WITH_KERNEL).default, a, b, scale_a, scale_b,
+                                        bias, out_dtype, use_fast_accum, kernel)
 
 
 _TIMER = None
