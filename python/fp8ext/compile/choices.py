@@ -93,9 +93,10 @@ def _run(a, b, scale_a, scale_b, bias=None, *, out_dtype, use_fast_accum, kernel
 
 class _NoNode:
     """What FallbackKernel.create reads of the FX node being lowered, where none is (max-autotune settles a choice
-    later, in the scheduler): no metadata."""
+    later, in the scheduler): no metadata, and an input's kind, whose unbacked sizes need no rebinding."""
     meta: dict = {}
     target = None
+    op = "placeholder"
 
 
 def _create(a, b, scale_a, scale_b, bias=None, *, out_dtype, use_fast_accum, kernel):
