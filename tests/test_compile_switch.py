@@ -218,9 +218,10 @@ def test_a_compiled_float8_linear_equals_the_eager_layer(restore_inductor):
 
 
 def test_chosen_reads_the_generated_code():
-    code = ("buf0 = torch.ops.fp8ext._scaled_mm_with_kernel.default(arg0_1, arg1_1, arg2_1, arg3_1, None, "
-            "torch.bfloat16, True, 'pp_64x128x128_c1x1_ov_fast_bf16@H1')\n"
-            "buf1 = torch.ops.fp8ext._scaled_mm_with_kernel.default(a, b, c, d, None, torch.bfloat16, True, '')\n"
+    code = ("buf0 = extern_kernels.fp8ext_scaled_mm_with_kernel(arg0_1, arg1_1, arg2_1, arg3_1, bias=None, "
+            "out_dtype=torch.bfloat16, use_fast_accum=True, kernel='pp_64x128x128_c1x1_ov_fast_bf16@H1')\n"
+            "buf1 = extern_kernels.fp8ext_scaled_mm_with_kernel(a, b, c, d, bias=None, out_dtype=torch.bfloat16, "
+            "use_fast_accum=True, kernel='')\n"
             "extern_kernels._scaled_mm(arg0_1, arg1_1, arg2_1, arg3_1, out_dtype=torch.bfloat16)\n"
             "triton_tem_fused__scaled_mm_0.run(arg0_1, arg1_1, buf2, stream=stream0)\n")
     assert fp8ext.compile.chosen([code]) == ["pp_64x128x128_c1x1_ov_fast_bf16@H1", "fp8ext", "aten",

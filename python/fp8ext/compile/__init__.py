@@ -85,6 +85,7 @@ def enable() -> None:
     config, decomposition, V = _inductor()
     if is_enabled():
         return
+    choices._extern_choice()  # what a cached graph that ran fp8ext's kernel calls, in a process that loads it
     _factory = choices.ChoicesFactory(config.inductor_choices_class)
     config.inductor_choices_class = _factory
     _set_table(decomposition, add=True)
@@ -124,13 +125,13 @@ def chosen(code: Any) -> list[str]:
     import re
     text = "\n".join(code) if isinstance(code, (list, tuple)) else str(code)
     found = []
-    pattern = (r"fp8ext\._scaled_mm_with_kernel\.default\([^\n]*?['\"]([^'\"]*)['\"]\)|extern_kernels\._scaled_mm\(|"
+    pattern = (rf"extern_kernels\.{choices.EXTERN_NAME}\([^\n]*?kernel=['\"]([^'\"]*)['\"]|extern_kernels\._scaled_mm\(|"
                r"(triton_tem_\w+)\.run\(")
     for m in re.finditer(pattern, text):
-        if m.group(0).startswith("extern_kernels"):
-            found.append("aten")
+        if m.group(1) is not None:
+            found.append(m.group(1) or "fp8ext")
         elif m.group(2):
             found.append(m.group(2))
         else:
-            found.append(m.group(1) or "fp8ext")
+            found.append("aten")
     return found

@@ -83,32 +83,14 @@ def offered_kernels(a: tuple, b: tuple, scale_a: tuple, scale_b: tuple, bias: Op
 
 
 _WITH_KERNEL = "_scaled_mm_with_kernel"
+EXTERN_NAME = "fp8ext_scaled_mm_with_kernel"  # the generated code calls extern_kernels.<this>
 
 
 def _run(a, b, scale_a, scale_b, bias=None, *, out_dtype, use_fast_accum, kernel):
-    """A candidate's call (what _time_on_gpu times; the generated code calls the op itself)."""
+    """A candidate's call: what _time_on_gpu times and what the generated code calls (extern_kernels.EXTERN_NAME,
+    registered by fp8ext.compile.enable() in every process that compiles or loads such a graph)."""
     return getattr(torch.ops.fp8ext, _WITH_KERNEL).default(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum,
                                                            kernel)
-
-
-class _NoNode:
-    """What FallbackKernel.create reads of the FX node being lowered, where none is (max-autotune settles a choice
-    later, in the scheduler): no metadata, and an input's kind, whose unbacked sizes need no rebinding."""
-    meta: dict = {}
-    target = None
-    op = "placeholder"
-
-
-def _create(a, b, scale_a, scale_b, bias=None, *, out_dtype, use_fast_accum, kernel):
-    """The chosen candidate in Inductor's IR: a fallback kernel calling the op (arguments by position: Inductor's
-    FallbackKernel.create names its own first parameter ``kernel``)."""
-    import contextlib
-    from torch._inductor import ir
-    from torch._inductor.virtualized import V
-    lowering = isinstance(V.current_node, torch.fx.Node)
-    with contextlib.nullcontext() if lowering else V.set_current_node(_NoNode()):
-        return ir.FallbackKernel.create(getattr(torch.ops.fp8ext, _WITH_KERNEL).default, a, b, scale_a, scale_b,
-                                        bias, out_dtype, use_fast_accum, kernel)
 
 
 _TIMER = None
@@ -135,13 +117,15 @@ _EXTERN = None
 
 
 def _extern_choice():
-    """The one ExternKernelChoice all of fp8ext's candidates bind (by kernel name); made once per process."""
+    """The one ExternKernelChoice all of fp8ext's candidates bind (by kernel name); made once per process, by
+    fp8ext.compile.enable()."""
     global _EXTERN
     if _EXTERN is None:
         from torch._inductor.select_algorithm import ExternKernelChoice
-        _EXTERN = ExternKernelChoice(_run, name="fp8ext_scaled_mm_with_kernel", has_out_variant=False,
-                                     op_overload=getattr(torch.ops.fp8ext, _WITH_KERNEL).default,
-                                     kernel_creator=_create)
+        # A plain extern kernel (one buffer): under max-autotune Inductor may settle the choice in its scheduler,
+        # which swaps one buffer for the template's and cannot take a fallback kernel's two.
+        _EXTERN = ExternKernelChoice(_run, name=EXTERN_NAME, has_out_variant=False,
+                                     op_overload=getattr(torch.ops.fp8ext, _WITH_KERNEL).default)
     return _EXTERN
 
 
