@@ -122,6 +122,8 @@ def test_the_switch_sets_and_restores_the_choices_factory_and_the_decompositions
         assert handler.uuid() == f"{choices.own_key()}+user-choices-1"  # the user's key is kept in the key
         assert pickle.loads(pickle.dumps(factory)).key == factory.key  # the FX graph cache pickles it
         assert all(decomposition.select_decomp_table()[op] is fn for op, fn in table.items())
+        from torch._inductor.select_algorithm import extern_kernels
+        assert hasattr(extern_kernels, choices.EXTERN_NAME)  # what a graph loaded from the cache calls
         fp8ext.compile.enable()  # idempotent
         assert inductor_config.inductor_choices_class is factory
     assert inductor_config.inductor_choices_class is user and not fp8ext.compile.is_enabled()

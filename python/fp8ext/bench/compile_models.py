@@ -93,10 +93,8 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
         errors["torchao"] = ao
     else:
         models["torchao"] = ao
-    # Every run compiles a few shapes of one function: well within Dynamo's limits, raised anyway so that a guard
-    # that fails per layer shows as compile time rather than as layers falling back to eager.
-    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
-    torch._dynamo.config.accumulated_cache_size_limit = max(torch._dynamo.config.accumulated_cache_size_limit, 1024)
+    if not quiet:
+        print(f"model section: variants built ({', '.join(models)}); compiling", flush=True)
     graphs, compile_s, profiles = {}, {}, {}
     with inductor_config.patch(fx_graph_cache=False, autotune_local_cache=False), torch.no_grad():
         for run, variant, switch in sorted(RUNS, key=lambda r: not r[2]):
@@ -117,6 +115,8 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
                 got = guarded(step)
                 torch.cuda.synchronize()
                 compile_s[run] += time.perf_counter() - start
+                if not quiet:
+                    print(f"model section: {run} {name}: first call {time.perf_counter() - start:.1f} s", flush=True)
                 graphs[run][name] = got if isinstance(got, str) else guarded(lambda s=step: llama_models.cuda_graph(s))
             fp8ext_compile.disable()
             if not isinstance(graphs[run].get("decode_b1"), str):
