@@ -228,3 +228,36 @@ def test_chosen_reads_the_generated_code():
             "triton_tem_fused__scaled_mm_0.run(arg0_1, arg1_1, buf2, stream=stream0)\n")
     assert fp8ext.compile.chosen([code]) == ["pp_64x128x128_c1x1_ov_fast_bf16@H1", "fp8ext", "aten",
                                              "triton_tem_fused__scaled_mm_0"]
+
+
+class NormThenLinear(torch.nn.Module):
+    """An RMSNorm feeding a Float8Linear, as in a decoder layer."""
+
+    def __init__(self, K=64, N=32):
+        super().__init__()
+        self.norm = torch.nn.RMSNorm(K, dtype=torch.bfloat16)
+        self.proj = layer(K, N)
+
+    def forward(self, x):
+        return self.proj(self.norm(x))
+
+
+def test_the_switch_takes_the_quantize_out_of_the_linear_op_and_into_inductor_s_kernels(restore_inductor):
+    import re
+    from torch._inductor.utils import run_and_get_code
+    module, x = NormThenLinear(), torch.randn(4, 64, dtype=torch.bfloat16)
+    calls = {}
+    with torch.no_grad():
+        for switch in (False, True):
+            torch._dynamo.reset()
+            # Inductor rounds the norm's output to bf16 before the fused quantize only when asked to: then the compiled
+            # layer equals the eager one bit for bit.
+            with fp8ext.compile.enabled() if switch else torch.no_grad(), \
+                    inductor_config.patch(emulate_precision_casts=True):
+                out, code = run_and_get_code(torch.compile(module, fullgraph=True), x)
+            text = "\n".join(code)
+            calls[switch] = {op: len(re.findall(rf"= torch\.ops\.fp8ext\.{op}\.default\(", text))
+                             for op in ("linear", "quantize_rowwise", "scaled_mm")}
+            assert torch.equal(out, module(x))
+    assert calls[False] == {"linear": 1, "quantize_rowwise": 0, "scaled_mm": 0}
+    assert calls[True] == {"linear": 0, "quantize_rowwise": 0, "scaled_mm": 1}

@@ -1,8 +1,8 @@
 """The compile suite's model section: Llama-3-8B-shaped models (transformers, random weights, attention
 sdpa_packed_gqa) compiled with and without fp8ext.compile.
 
-Runs, each the decoder layers compiled (inductor, default mode, static shapes, one graph per layer shape, reused by
-every layer) with the switch in the state named:
+Runs, each the model compiled (inductor, default mode, static shapes, one graph per shape) with the switch in the
+state named:
 
     bf16                      the bf16 model, switch off
     fp8ext_fused              fp8ext.convert(model, fuse_siblings=True), switch on: the quantize fused into RMSNorm
@@ -41,30 +41,31 @@ PREFILL = (1, 2048)
 CTX = 256
 
 
-def _compile_layers(model, run: str) -> None:
-    """Each decoder layer through one torch.compile'd function of this run's own (a code object per run, so that
-    Dynamo's cache, which does not see the switch, never hands one run another's graph)."""
+def _compile_model(model, run: str) -> None:
+    """The model's forward through one torch.compile'd function of this run's own: a code object per run, so that
+    Dynamo's cache, which does not see the switch, never hands one run another's graph. The whole model is one graph
+    per shape: compiled layer by layer, each of HF's layers would be a graph of its own (its layer_idx, which indexes
+    the KV cache, is specialised), 32 compilations per shape."""
     namespace: dict = {}
-    exec(f"def layer_{run}(layer, *args, **kwargs):\n    return layer._fp8ext_eager_forward(*args, **kwargs)\n",
+    exec(f"def model_{run}(model, *args, **kwargs):\n    return model._fp8ext_eager_forward(*args, **kwargs)\n",
          namespace)
-    compiled = torch.compile(namespace[f"layer_{run}"], dynamic=False)
-    for layer in model.model.layers:
-        if not hasattr(layer, "_fp8ext_eager_forward"):
-            layer._fp8ext_eager_forward = layer.forward
-        layer.forward = types.MethodType(lambda self, *a, **k: compiled(self, *a, **k), layer)
+    compiled = torch.compile(namespace[f"model_{run}"], dynamic=False)
+    if not hasattr(model, "_fp8ext_eager_forward"):
+        model._fp8ext_eager_forward = model.forward
+    model.forward = types.MethodType(lambda self, *a, **k: compiled(self, *a, **k), model)
 
 
-def _eager_layers(model) -> None:
-    for layer in model.model.layers:
-        if hasattr(layer, "_fp8ext_eager_forward"):
-            layer.forward = layer._fp8ext_eager_forward
+def _eager_model(model) -> None:
+    if hasattr(model, "_fp8ext_eager_forward"):
+        model.forward = model._fp8ext_eager_forward
 
 
-def _steps(model, vocab: int) -> dict:
-    steps = {f"decode_b{b}": llama_models.decode_step(model, b, CTX, vocab, "cuda") for b in DECODE_BATCHES}
-    ids = torch.randint(0, vocab, PREFILL, generator=torch.Generator().manual_seed(7)).to("cuda")
-    steps["prefill_1x2048"] = lambda: llama_models.prefill(model, ids).logits
-    return steps
+def _steps(model, vocab: int, shapes: tuple, device="cuda") -> dict:
+    steps = {f"decode_b{b}": (lambda b=b: llama_models.decode_step(model, b, CTX, vocab, device))
+             for b in DECODE_BATCHES}
+    ids = torch.randint(0, vocab, PREFILL, generator=torch.Generator().manual_seed(7)).to(device)
+    steps["prefill_1x2048"] = lambda: (lambda: llama_models.prefill(model, ids).logits)
+    return {name: make() for name, make in steps.items() if name in shapes}
 
 
 def _profile(replay, layers: int) -> dict:
@@ -81,7 +82,13 @@ def _profile(replay, layers: int) -> dict:
             "cublas_kernels_per_step": sum(n.startswith(("nvjet", "sm90_xmma", "cutlass3x")) for n in names)}
 
 
-def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int = 3) -> dict:
+SHAPES = ("decode_b1", "decode_b8", "prefill_1x2048")
+
+
+def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int = 3, runs=None,
+                  shapes=SHAPES) -> dict:
+    """``runs``: the names of RUNS to compile and time (default all); ``shapes``: of SHAPES. Each run and shape is a
+    compilation of the whole model (a minute or so for 32 layers on the H200), so a record may be taken in parts."""
     import torch._inductor.config as inductor_config
     base = llama_models.build_model("8b", layers, llama_models.LLAMA3_VOCAB, "cuda", attention="sdpa_packed_gqa")
     models = {"bf16": base}
@@ -97,7 +104,7 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
         print(f"model section: variants built ({', '.join(models)}); compiling", flush=True)
     graphs, compile_s, profiles = {}, {}, {}
     with inductor_config.patch(fx_graph_cache=False, autotune_local_cache=False), torch.no_grad():
-        for run, variant, switch in sorted(RUNS, key=lambda r: not r[2]):
+        for run, variant, switch in sorted((r for r in RUNS if runs is None or r[0] in runs), key=lambda r: not r[2]):
             if variant not in models:
                 errors[run] = errors.get(variant, "not built")
                 continue
@@ -106,9 +113,9 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
             else:
                 fp8ext_compile.disable()
             model = models[variant]
-            _eager_layers(model)
-            steps = _steps(model, llama_models.LLAMA3_VOCAB)  # the decode steps prefill their KV caches, eagerly
-            _compile_layers(model, run)
+            _eager_model(model)
+            steps = _steps(model, llama_models.LLAMA3_VOCAB, shapes)  # the decode steps prefill their caches, eagerly
+            _compile_model(model, run)
             graphs[run], compile_s[run] = {}, 0.0
             for name, step in steps.items():
                 start = time.perf_counter()
@@ -119,19 +126,19 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
                     print(f"model section: {run} {name}: first call {time.perf_counter() - start:.1f} s", flush=True)
                 graphs[run][name] = got if isinstance(got, str) else guarded(lambda s=step: llama_models.cuda_graph(s))
             fp8ext_compile.disable()
-            if not isinstance(graphs[run].get("decode_b1"), str):
+            if "decode_b1" in graphs[run] and not isinstance(graphs[run]["decode_b1"], str):
                 got = guarded(lambda: _profile(graphs[run]["decode_b1"], layers))
                 profiles[run] = got if isinstance(got, dict) else {"error": got}
             if not quiet:
                 print(f"model section: {run} compiled in {compile_s[run]:.1f} s", flush=True)
     ms = {}
-    for name in ("decode_b1", "decode_b8", "prefill_1x2048"):
-        fns = {run: g[name] for run, g in graphs.items() if not isinstance(g.get(name), str)}
+    for name in shapes:
+        fns = {run: g[name] for run, g in graphs.items() if name in g and not isinstance(g[name], str)}
         ms[name] = {**{run: g[name] for run, g in graphs.items() if isinstance(g.get(name), str)},
                     **time_ms(fns, iters, rounds)}
 
     def over(name, slow, fast):
-        a, b = ms[name].get(slow), ms[name].get(fast)
+        a, b = ms.get(name, {}).get(slow), ms.get(name, {}).get(fast)
         return a / b if isinstance(a, float) and isinstance(b, float) else None
 
     torchao_ratios = {"decode_b1_ratio": over("decode_b1", "torchao", "torchao_switch"),

@@ -106,7 +106,12 @@ def summarize_shapes(rows: list[dict]) -> dict:
                                                    help="compile suite: seconds for the shape rows (900)"),
                          "--no-shapes": dict(action="store_true", help="compile suite: the model section only"),
                          "--no-models": dict(action="store_true", help="compile suite: the shape rows only"),
-                         "--model-layers": dict(type=int, default=32, help="compile suite: decoder layers (32)")})
+                         "--model-layers": dict(type=int, default=32, help="compile suite: decoder layers (32)"),
+                         "--model-runs": dict(default=None, help="compile suite: the model runs to take, comma-separated "
+                                                                 "(default all: bf16, fp8ext_fused, "
+                                                                 "fp8ext_fused_no_switch, torchao_switch, torchao)"),
+                         "--model-shapes": dict(default="decode_b1,decode_b8,prefill_1x2048",
+                                                help="compile suite: the model shapes to take, comma-separated")})
 def compile_suite(args) -> dict:
     from ..compile_models import model_section
     timer = Timer(rep_ms=args.rep_ms or 60)
@@ -127,6 +132,8 @@ def compile_suite(args) -> dict:
     record = {"method": __doc__.split("\n\n")[1].replace("\n", " ") + " " + TIMER_METHOD, "summary": summary,
               "rows": rows}
     if not args.no_models:
-        record["model"] = model_section(args.model_layers, quiet=args.quiet)
+        runs = None if args.model_runs is None else [r.strip() for r in args.model_runs.split(",")]
+        record["model"] = model_section(args.model_layers, quiet=args.quiet, runs=runs,
+                                        shapes=tuple(x.strip() for x in args.model_shapes.split(",")))
         record["summary"].update({f"model {k}": v for k, v in record["model"]["summary"].items()})
     return record
