@@ -93,24 +93,19 @@ def _run(a, b, scale_a, scale_b, bias=None, *, out_dtype, use_fast_accum, kernel
                                                            kernel)
 
 
-_TIMER = None
-
-
 def _time_on_gpu(caller, *args, out):
     """A candidate's time in ms as Inductor's benchmark wants it, but with the host held out: the minimum of
     L2-flushed calls, each started behind a spin kernel long enough for the host to have issued it (fp8ext.bench's
     Timer). Inductor's own timing of an extern kernel records events around a call it issues right after a short
     flush; on a slow host a call whose issue takes longer than its kernel then measures the host, and a candidate
     that is faster on the GPU loses to a Triton launcher that is quicker to issue."""
-    global _TIMER
     from ..bench.timing import Timer
     fn = caller.to_callable()
     result = fn(*args)
     if out is not None:
         out.copy_(result)  # Inductor may compare the candidates' outputs
-    if _TIMER is None:
-        _TIMER = Timer(rep_ms=10, warmup_ms=2)
-    return min(_TIMER.samples(lambda: fn(*args))) / 1e3
+    # A Timer per candidate: its 256 MiB flush buffer goes back to the caching allocator when the timing ends.
+    return min(Timer(rep_ms=10, warmup_ms=2).samples(lambda: fn(*args))) / 1e3
 
 
 _EXTERN = None
