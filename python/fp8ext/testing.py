@@ -69,14 +69,17 @@ def random_blockwise_operands(M: int, N: int, K: int, device="cpu", generator=No
 
 
 def is_blockwise(a, b, scale_a, scale_b) -> bool:
-    """Whether fp8ext.scaled_mm reads these scales block-wise (csrc/scaled_mm_checks.cpp): scale_b of shape
+    """Whether fp8ext.scaled_mm reads these scales block-wise (blockwise_scale_shapes)."""
+    (M, K), N = a.shape, b.shape[1]
+    return blockwise_scale_shapes(M, N, K, tuple(scale_a.shape), tuple(scale_b.shape))
+
+
+def blockwise_scale_shapes(M: int, N: int, K: int, scale_a_shape: tuple, scale_b_shape: tuple) -> bool:
+    """Whether scales of these shapes are read block-wise (csrc/scaled_mm_checks.cpp): scale_b of shape
     (ceil(K/128), ceil(N/128)) with more than one value, or scale_a of shape (M, ceil(K/128)) with K > 128."""
-    M, K = a.shape
-    N = b.shape[1]
     G, H = -(-K // 128), -(-N // 128)
-    b_block = scale_b.dim() == 2 and tuple(scale_b.shape) == (G, H) and scale_b.numel() > 1 \
-        and tuple(scale_b.shape) != (1, N)
-    a_block = scale_a.dim() == 2 and tuple(scale_a.shape) == (M, G) and G >= 2
+    b_block = scale_b_shape == (G, H) and G * H > 1 and scale_b_shape != (1, N)
+    a_block = scale_a_shape == (M, G) and G >= 2
     return a_block or b_block
 
 

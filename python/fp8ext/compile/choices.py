@@ -27,10 +27,10 @@ from typing import Any, Callable, Optional
 import torch
 
 from .. import ops
+from ..testing import blockwise_scale_shapes
 
 TOP_KERNELS = 3  # row-wise kernels offered per static shape: the cost model's best, in its order
 OP_NAME = "scaled_mm"  # what tuned_scaled_mm calls the op when it asks for choices
-_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def own_key() -> str:
@@ -54,12 +54,11 @@ def offered_kernels(a: tuple, b: tuple, scale_a: tuple, scale_b: tuple, bias: Op
     """The kernel names fp8ext offers for one aten._scaled_mm call ("" = fp8ext's routing per call), [] where it
     offers none (module docstring). Each operand is (sizes, strides, storage offset, dtype, device) with the sizes'
     example values; ``static`` says whether the call's M, N and K are fixed. Needs a CUDA build to rank kernels."""
-    if out_dtype not in _OUT_DTYPES or not ops._has_cuda_kernels():
+    if out_dtype not in ops.OUT_DTYPES or not ops._has_cuda_kernels():
         return []
     if any(t[4].type != "cuda" for t in (a, b, scale_a, scale_b)):
         return []
-    numel = [int(torch.Size(t[0]).numel()) for t in (scale_a, scale_b)]
-    if numel == [1, 1]:
+    if all(torch.Size(t[0]).numel() == 1 for t in (scale_a, scale_b)):
         return []
     args = []
     for t in (a, b, scale_a, scale_b, bias):
@@ -73,23 +72,20 @@ def offered_kernels(a: tuple, b: tuple, scale_a: tuple, scale_b: tuple, bias: Op
     (M, K), N = a[0], b[0][1]
     if 0 in (M, N, K):
         return []
-    G = -(-K // 128)
-    if list(scale_a[0]) == [M, G] and G >= 2 or len(scale_b[0]) == 2 and list(scale_b[0]) == [G, -(-N // 128)] \
-            and numel[1] > 1 and list(scale_b[0]) != [1, N]:
+    if blockwise_scale_shapes(M, N, K, tuple(scale_a[0]), tuple(scale_b[0])):
         name = ops.selected_blockwise_kernel(M, N, K, out_dtype, torch_ok=False)
         return [] if name is None else [name]
     ranking = ops.selected_kernel(M, N, K, out_dtype, use_fast_accum, a_dtype=a[3], explain=True)["ranking"]
     return [r["kernel"] for r in ranking[:TOP_KERNELS]]
 
 
-_WITH_KERNEL = "_scaled_mm_with_kernel"
 EXTERN_NAME = "fp8ext_scaled_mm_with_kernel"  # the generated code calls extern_kernels.<this>
 
 
 def _run(a, b, scale_a, scale_b, bias=None, *, out_dtype, use_fast_accum, kernel):
     """A candidate's call: what _time_on_gpu times and what the generated code calls (extern_kernels.EXTERN_NAME,
     registered by fp8ext.compile.enable() in every process that compiles or loads such a graph)."""
-    return getattr(torch.ops.fp8ext, _WITH_KERNEL).default(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum,
+    return torch.ops.fp8ext._scaled_mm_with_kernel.default(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum,
                                                            kernel)
 
 
@@ -120,7 +116,7 @@ def _extern_choice():
         # A plain extern kernel (one buffer): under max-autotune Inductor may settle the choice in its scheduler,
         # which swaps one buffer for the template's and cannot take a fallback kernel's two.
         _EXTERN = ExternKernelChoice(_run, name=EXTERN_NAME, has_out_variant=False,
-                                     op_overload=getattr(torch.ops.fp8ext, _WITH_KERNEL).default)
+                                     op_overload=torch.ops.fp8ext._scaled_mm_with_kernel.default)
     return _EXTERN
 
 
