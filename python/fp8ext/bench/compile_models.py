@@ -12,8 +12,8 @@ state named:
                               torch._scaled_mm calls get fp8ext's kernels among Inductor's choices
     torchao                   the same model, switch off
 
-Each run is compiled in turn (the first call of each shape: `compile_s`), its steps captured as CUDA graphs, and
-then every run's graphs are timed in interleaved turns: decode at batch 1 and 8 (one token against a static KV cache
+Shape by shape, each run is compiled in turn (the first call: `compile_s`, summed over the shapes) and captured as
+a CUDA graph; then every run's graphs are timed in interleaved turns: decode at batch 1 and 8 (one token against a static KV cache
 of 256) and prefill 1 x 2048 (the last token's logits). A torch.profiler trace of one batch-1 decode replay counts
 each run's kernels per layer, its quantize kernels and fp8ext's kernels. Inductor's FX graph and autotune caches
 are off, so that every compile is a whole one; the switch's runs compile first, so that any cache the two share
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 import time
-import types
+from typing import Callable, Optional
 
 import torch
 
@@ -41,30 +41,24 @@ PREFILL = (1, 2048)
 CTX = 256
 
 
-def _compile_model(model, run: str) -> None:
+def _compiled_forward(model, run: str) -> Callable:
     """The model's forward through one torch.compile'd function of this run's own: a code object per run, so that
     Dynamo's cache, which does not see the switch, never hands one run another's graph. The whole model is one graph
     per shape: compiled layer by layer, each of HF's layers would be a graph of its own (its layer_idx, which indexes
     the KV cache, is specialised), 32 compilations per shape."""
     namespace: dict = {}
-    exec(f"def model_{run}(model, *args, **kwargs):\n    return model._fp8ext_eager_forward(*args, **kwargs)\n",
-         namespace)
+    exec(f"def model_{run}(model, *args, **kwargs):\n    return model.forward(*args, **kwargs)\n", namespace)
     compiled = torch.compile(namespace[f"model_{run}"], dynamic=False)
-    if not hasattr(model, "_fp8ext_eager_forward"):
-        model._fp8ext_eager_forward = model.forward
-    model.forward = types.MethodType(lambda self, *a, **k: compiled(self, *a, **k), model)
+    return lambda *args, **kwargs: compiled(model, *args, **kwargs)
 
 
-def _eager_model(model) -> None:
-    if hasattr(model, "_fp8ext_eager_forward"):
-        model.forward = model._fp8ext_eager_forward
-
-
-def _steps(model, vocab: int, shapes: tuple, device="cuda") -> dict:
-    steps = {f"decode_b{b}": (lambda b=b: llama_models.decode_step(model, b, CTX, vocab, device))
+def _steps(model, step_model, vocab: int, shapes: tuple, device="cuda") -> dict:
+    """The steps of ``shapes``, each run by ``step_model`` (the decode steps prefill their caches with the eager
+    model)."""
+    steps = {f"decode_b{b}": (lambda b=b: llama_models.decode_step(model, b, CTX, vocab, device, step_model))
              for b in DECODE_BATCHES}
     ids = torch.randint(0, vocab, PREFILL, generator=torch.Generator().manual_seed(7)).to(device)
-    steps["prefill_1x2048"] = lambda: (lambda: llama_models.prefill(model, ids).logits)
+    steps["prefill_1x2048"] = lambda: (lambda: step_model(ids, use_cache=False, logits_to_keep=1).logits)
     return {name: make() for name, make in steps.items() if name in shapes}
 
 
@@ -86,9 +80,10 @@ SHAPES = ("decode_b1", "decode_b8", "prefill_1x2048")
 
 
 def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int = 3, runs=None,
-                  shapes=SHAPES) -> dict:
+                  shapes=SHAPES, budget_s: Optional[float] = None) -> dict:
     """``runs``: the names of RUNS to compile and time (default all); ``shapes``: of SHAPES. Each run and shape is a
-    compilation of the whole model (a minute or so for 32 layers on the H200), so a record may be taken in parts."""
+    compilation of the whole model, taken shape by shape (every run's, in turn), so that a ``budget_s`` (seconds for
+    the compilations) that runs out leaves whole shapes out, never one run of a pair."""
     import torch._inductor.config as inductor_config
     base = llama_models.build_model("8b", layers, llama_models.LLAMA3_VOCAB, "cuda", attention="sdpa_packed_gqa")
     models = {"bf16": base}
@@ -100,37 +95,42 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
         errors["torchao"] = ao
     else:
         models["torchao"] = ao
+    # the switch's runs first, so that any cache the two share (Triton's kernel cache) favours the runs without it
+    todo = sorted((r for r in RUNS if runs is None or r[0] in runs), key=lambda r: not r[2])
+    for run, variant, _ in todo:
+        if variant not in models:
+            errors[run] = errors.get(variant, "not built")
+    todo = [r for r in todo if r[1] in models]
     if not quiet:
         print(f"model section: variants built ({', '.join(models)}); compiling", flush=True)
-    graphs, compile_s, profiles = {}, {}, {}
+    graphs = {run: {} for run, _, _ in todo}
+    compile_s = {run: 0.0 for run, _, _ in todo}
+    profiles, start = {}, time.perf_counter()
     with inductor_config.patch(fx_graph_cache=False, autotune_local_cache=False), torch.no_grad():
-        for run, variant, switch in sorted((r for r in RUNS if runs is None or r[0] in runs), key=lambda r: not r[2]):
-            if variant not in models:
-                errors[run] = errors.get(variant, "not built")
-                continue
-            if switch:
-                fp8ext_compile.enable()
-            else:
-                fp8ext_compile.disable()
-            model = models[variant]
-            _eager_model(model)
-            steps = _steps(model, llama_models.LLAMA3_VOCAB, shapes)  # the decode steps prefill their caches, eagerly
-            _compile_model(model, run)
-            graphs[run], compile_s[run] = {}, 0.0
-            for name, step in steps.items():
-                start = time.perf_counter()
-                got = guarded(step)
+        steps = {}
+        for run, variant, _ in todo:
+            forward = _compiled_forward(models[variant], run)
+            steps[run] = _steps(models[variant], forward, llama_models.LLAMA3_VOCAB, shapes)
+        for name in shapes:
+            for run, variant, switch in todo:
+                if name not in steps[run]:
+                    continue
+                if budget_s is not None and time.perf_counter() - start > budget_s:
+                    graphs[run][name] = "not compiled: out of --model-budget-s"
+                    continue
+                (fp8ext_compile.enable if switch else fp8ext_compile.disable)()
+                began = time.perf_counter()
+                got = guarded(steps[run][name])
                 torch.cuda.synchronize()
-                compile_s[run] += time.perf_counter() - start
+                compile_s[run] += time.perf_counter() - began
+                fp8ext_compile.disable()
                 if not quiet:
-                    print(f"model section: {run} {name}: first call {time.perf_counter() - start:.1f} s", flush=True)
-                graphs[run][name] = got if isinstance(got, str) else guarded(lambda s=step: llama_models.cuda_graph(s))
-            fp8ext_compile.disable()
-            if "decode_b1" in graphs[run] and not isinstance(graphs[run]["decode_b1"], str):
-                got = guarded(lambda: _profile(graphs[run]["decode_b1"], layers))
-                profiles[run] = got if isinstance(got, dict) else {"error": got}
-            if not quiet:
-                print(f"model section: {run} compiled in {compile_s[run]:.1f} s", flush=True)
+                    print(f"model section: {run} {name}: first call {time.perf_counter() - began:.1f} s", flush=True)
+                graphs[run][name] = got if isinstance(got, str) else guarded(
+                    lambda s=steps[run][name]: llama_models.cuda_graph(s))
+                if name == "decode_b1" and not isinstance(graphs[run][name], str):
+                    got = guarded(lambda: _profile(graphs[run]["decode_b1"], layers))
+                    profiles[run] = got if isinstance(got, dict) else {"error": got}
     ms = {}
     for name in shapes:
         fns = {run: g[name] for run, g in graphs.items() if name in g and not isinstance(g[name], str)}
