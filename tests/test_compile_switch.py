@@ -261,3 +261,20 @@ def test_the_switch_takes_the_quantize_out_of_the_linear_op_and_into_inductor_s_
             assert torch.equal(out, module(x))
     assert calls[False] == {"linear": 1, "quantize_rowwise": 0, "scaled_mm": 0}
     assert calls[True] == {"linear": 0, "quantize_rowwise": 0, "scaled_mm": 1}
+
+
+def test_the_compile_suite_keeps_both_compiled_graphs(restore_inductor, monkeypatch):
+    """The suite's compile with the switch and the one without each keep their own graph: Dynamo keeps graphs per
+    code object, and a reset between the two (run_and_get_code does one) would leave the first wrapper to compile
+    again, switch off, when it is timed."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    from fp8ext.bench.suites import compile_switch
+    monkeypatch.setattr(compile_switch, "MODE", "default")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
+    a, b, sa, sb = fp8ext.testing.random_operands(16, 64, 64)
+    torch._dynamo.reset()
+    with_switch, _, _ = compile_switch.compiled(a, b.t(), sa, sb, switch=True)
+    without, _, _ = compile_switch.compiled(a, b.t(), sa, sb, switch=False)
+    codes = [fn._torchdynamo_orig_callable.__code__ for fn in (with_switch, without)]
+    assert codes[0] is not codes[1]
+    assert [len(_debug_get_cache_entry_list(code)) for code in codes] == [1, 1]

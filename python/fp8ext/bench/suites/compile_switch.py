@@ -13,6 +13,7 @@ turns).
 from __future__ import annotations
 
 import time
+import types
 
 import torch
 
@@ -44,15 +45,28 @@ def _scaled_mm(a, w, sa, sb):
 
 def compiled(a, w, sa, sb, switch: bool) -> tuple:
     """f compiled afresh under MODE with the switch on or off: (the compiled function, seconds to compile and run it
-    once, what it runs)."""
-    from torch._inductor.utils import run_and_get_code
-    torch._dynamo.reset()
+    once, what it runs). Each compile gets a code object of its own: Dynamo keeps its graphs per code object and does
+    not guard on the switch, so two compiled wrappers of one function would both run whichever graph came last."""
+    own = types.FunctionType(_scaled_mm.__code__.replace(co_name=f"scaled_mm_{'with' if switch else 'without'}"),
+                             _scaled_mm.__globals__)
     start = time.perf_counter()
     with fp8ext_compile.enabled() if switch else _off():
-        fn = torch.compile(_scaled_mm, mode=MODE, dynamic=False, fullgraph=True)
-        _, code = run_and_get_code(fn, a, w, sa, sb)
+        fn = torch.compile(own, mode=MODE, dynamic=False, fullgraph=True)
+        code = _code_of_first_call(fn, a, w, sa, sb)
     torch.cuda.synchronize()
     return fn, time.perf_counter() - start, fp8ext_compile.chosen(code)
+
+
+def _code_of_first_call(fn, *args) -> list[str]:
+    """The code Inductor generates (or loads) for fn's first call. Not torch._inductor.utils.run_and_get_code: that
+    resets Dynamo first, which drops every other function's compiled graphs too; a wrapper whose graphs are dropped
+    compiles again on its next call, under whatever the switch is then."""
+    from unittest import mock
+    from torch._inductor.graph import GraphLowering
+    codes: list[str] = []
+    with mock.patch.object(GraphLowering, "save_output_code", codes.append):
+        fn(*args)
+    return codes
 
 
 class _off:
@@ -69,6 +83,7 @@ def shape_row(row: dict, timer: Timer, rounds: int) -> dict:
     M, N, K = row["M"], row["N"], row["K"]
     a, b, sa, sb = make_operands(M, N, K)[:4]
     w = b.t()
+    torch._dynamo.reset()
     # The switch's compile first: it times every candidate, and the compile without the switch then finds its own
     # candidates' times in Inductor's autotune cache, so both choose on the same measurements.
     with_fp8ext, with_s, chosen = compiled(a, w, sa, sb, switch=True)
@@ -108,6 +123,8 @@ def summarize_shapes(rows: list[dict]) -> dict:
                 defaults={"accum": "fast"},
                 options={"--shape-budget-s": dict(type=float, default=900,
                                                    help="compile suite: seconds for the shape rows (900)"),
+                         "--shape-max-m": dict(type=int, default=None,
+                                               help="compile suite: only the shape rows of M up to this"),
                          "--no-shapes": dict(action="store_true", help="compile suite: the model section only"),
                          "--no-models": dict(action="store_true", help="compile suite: the shape rows only"),
                          "--model-layers": dict(type=int, default=32, help="compile suite: decoder layers (32)"),
@@ -124,6 +141,8 @@ def compile_suite(args) -> dict:
     timer = Timer(rep_ms=args.rep_ms or 60)
     rows, left_out, start = [], [], time.time()
     for row in ([] if args.no_shapes else shapes()):
+        if args.shape_max_m is not None and row["M"] > args.shape_max_m:
+            continue
         if time.time() - start > args.shape_budget_s:
             left_out.append(f"{row['M']}x{row['N']}x{row['K']}")
             continue
