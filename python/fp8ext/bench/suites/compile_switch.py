@@ -123,6 +123,9 @@ def summarize_shapes(rows: list[dict]) -> dict:
                 defaults={"accum": "fast"},
                 options={"--shape-budget-s": dict(type=float, default=900,
                                                    help="compile suite: seconds for the shape rows (900)"),
+                         "--shape-rows": dict(default=None,
+                                              help="compile suite: a slice START:END of the shape rows (in the order "
+                                                   "they run), so that a record can be taken in parts"),
                          "--shape-max-m": dict(type=int, default=None,
                                                help="compile suite: only the shape rows of M up to this"),
                          "--no-shapes": dict(action="store_true", help="compile suite: the model section only"),
@@ -140,7 +143,11 @@ def compile_suite(args) -> dict:
     from ..compile_models import model_section
     timer = Timer(rep_ms=args.rep_ms or 60)
     rows, left_out, start = [], [], time.time()
-    for row in ([] if args.no_shapes else shapes()):
+    todo = [] if args.no_shapes else shapes()
+    if args.shape_rows:
+        first, _, last = args.shape_rows.partition(":")
+        todo = todo[int(first) if first else None:int(last) if last else None]
+    for row in todo:
         if args.shape_max_m is not None and row["M"] > args.shape_max_m:
             continue
         if time.time() - start > args.shape_budget_s:
