@@ -4,7 +4,7 @@ paths to the same exception for the inputs where they differed (7, 8 and 15).
 
 On torch.library.opcheck (finding 16): fp8ext's ops pass its test_faketensor, test_autograd_registration and
 test_aot_dispatch_dynamic, the subset the op tests run (OPCHECK_UTILS in tests/test_op_cpu.py, test_linear.py,
-test_blockwise.py). opcheck's default test_utils add test_schema, whose SchemaCheckMode compares every input
+tests/blockwise_cases.py). opcheck's default test_utils add test_schema, whose SchemaCheckMode compares every input
 before and after the call with torch.allclose, which has no FP8 kernel: scaled_mm and linear, which take FP8
 tensors, fail it for that reason alone. The quantize ops, whose inputs are float, pass the full default set.
 """
