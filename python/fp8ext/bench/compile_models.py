@@ -80,6 +80,13 @@ def _profile(replay, layers: int) -> dict:
 SHAPES = ("decode_b1", "decode_b8", "prefill_1x2048")
 
 
+def _phase_seconds() -> dict:
+    """Seconds spent so far in each of Dynamo's and Inductor's timed phases (torch._dynamo.utils' dynamo_timed
+    metrics), to tell where a compile's time goes."""
+    from torch._dynamo.utils import compilation_time_metrics
+    return {k: float(sum(v)) for k, v in compilation_time_metrics.items()}
+
+
 def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int = 3, runs=None,
                   shapes=SHAPES, budget_s: Optional[float] = None) -> dict:
     """``runs``: the names of RUNS to compile and time (default all); ``shapes``: of SHAPES. Each run and shape is a
@@ -105,6 +112,7 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
     if not quiet:
         print(f"model section: variants built ({', '.join(models)}); compiling", flush=True)
     graphs = {run: {} for run, _, _ in todo}
+    phases: dict = {}
     compile_s = {run: 0.0 for run, _, _ in todo}
     profiles, start = {}, time.perf_counter()
     with inductor_config.patch(fx_graph_cache=False), torch.no_grad():
@@ -120,17 +128,20 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
                     graphs[run][name] = "not compiled: out of --model-budget-s"
                     continue
                 (fp8ext_compile.enable if switch else fp8ext_compile.disable)()
-                began = time.perf_counter()
+                began, before = time.perf_counter(), _phase_seconds()
                 got = guarded(steps[run][name])
                 torch.cuda.synchronize()
                 compile_s[run] += time.perf_counter() - began
+                after = _phase_seconds()
+                phases[f"{run} {name}"] = {k: round(v - before.get(k, 0.0), 2) for k, v in sorted(
+                    after.items(), key=lambda kv: before.get(kv[0], 0.0) - kv[1])[:14] if v - before.get(k, 0.0) > 0.05}
                 fp8ext_compile.disable()
                 if not quiet:
                     print(f"model section: {run} {name}: first call {time.perf_counter() - began:.1f} s", flush=True)
                 graphs[run][name] = got if isinstance(got, str) else guarded(
                     lambda s=steps[run][name]: llama_models.cuda_graph(s))
                 if name == "decode_b1" and not isinstance(graphs[run][name], str):
-                    got = guarded(lambda: _profile(graphs[run]["decode_b1"], layers))
+                    got = guarded(lambda replay=graphs[run]["decode_b1"]: _profile(replay, layers))
                     profiles[run] = got if isinstance(got, dict) else {"error": got}
     ms = {}
     for name in shapes:
@@ -158,7 +169,8 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
     del graphs, models
     torch.cuda.empty_cache()
     return {"config": "8b", "layers": layers, "attention": "sdpa_packed_gqa", "ms": ms, "torchao": torchao_ratios,
-            "fp8ext_fused": fused, "compile_s": compile_s, "profile_decode_b1": profiles, "errors": errors,
+            "fp8ext_fused": fused, "compile_s": compile_s, "compile_phases_s": phases, "profile_decode_b1": profiles,
+            "errors": errors,
             "kernels_per_layer": {"with_fused_quantize": (profiles.get("fp8ext_fused") or {}).get("kernels_per_layer"),
                                   "without": (profiles.get("fp8ext_fused_no_switch") or {}).get("kernels_per_layer")},
             "summary": summary, "geomean_torchao_ratio": geomean([v for v in torchao_ratios.values() if v])
