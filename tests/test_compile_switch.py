@@ -278,3 +278,10 @@ def test_the_compile_suite_keeps_both_compiled_graphs(restore_inductor, monkeypa
     codes = [fn._torchdynamo_orig_callable.__code__ for fn in (with_switch, without)]
     assert codes[0] is not codes[1]
     assert [len(_debug_get_cache_entry_list(code)) for code in codes] == [1, 1]
+
+
+def test_fp8ext_s_candidates_are_timed_under_a_key_that_holds_fp8ext_s_own(restore_inductor):
+    """Inductor's autotune cache files each candidate's time under its hash_key: fp8ext's key (version, package
+    source) is in it, so that another fp8ext's kernels of the same names are timed afresh."""
+    fp8ext.compile.enable()
+    assert choices.own_key() in choices._extern_choice().hash_key()

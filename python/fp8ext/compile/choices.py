@@ -19,6 +19,7 @@ the factory's `uuid()`: fp8ext's version and this package's source).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import types
 from pathlib import Path
@@ -33,9 +34,10 @@ TOP_KERNELS = 3  # row-wise kernels offered per static shape: the cost model's b
 OP_NAME = "scaled_mm"  # what tuned_scaled_mm calls the op when it asks for choices
 
 
+@functools.lru_cache(maxsize=None)
 def own_key() -> str:
     """What fp8ext's choices depend on besides the graph: this package's source and fp8ext's version (its kernels,
-    its cost model's fit)."""
+    its cost model's fit). Read once per process."""
     from .. import __version__
     digest = hashlib.sha256(__version__.encode())
     for path in sorted(Path(__file__).parent.glob("*.py")):
@@ -115,8 +117,14 @@ def _extern_choice():
         from torch._inductor.select_algorithm import ExternKernelChoice
         # A plain extern kernel (one buffer): under max-autotune Inductor may settle the choice in its scheduler,
         # which swaps one buffer for the template's and cannot take a fallback kernel's two.
-        _EXTERN = ExternKernelChoice(_run, name=EXTERN_NAME, has_out_variant=False,
-                                     op_overload=torch.ops.fp8ext._scaled_mm_with_kernel.default)
+        extern = ExternKernelChoice(_run, name=EXTERN_NAME, has_out_variant=False,
+                                    op_overload=torch.ops.fp8ext._scaled_mm_with_kernel.default)
+        # Inductor's autotune cache keeps each candidate's time under its hash_key, which holds _run's source but
+        # not the kernels behind it: with fp8ext's key in it, another fp8ext (other kernels under the same names,
+        # another fit) times its candidates afresh instead of reading this one's times.
+        inductor_key = extern.hash_key
+        extern.hash_key = lambda: f"{inductor_key()}-fp8ext-{own_key()}"
+        _EXTERN = extern
     return _EXTERN
 
 
