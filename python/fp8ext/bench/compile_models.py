@@ -80,11 +80,18 @@ def _profile(replay, layers: int) -> dict:
 SHAPES = ("decode_b1", "decode_b8", "prefill_1x2048")
 
 
-def _phase_seconds() -> dict:
+def phase_seconds() -> dict:
     """Seconds spent so far in each of Dynamo's and Inductor's timed phases (torch._dynamo.utils' dynamo_timed
     metrics), to tell where a compile's time goes."""
     from torch._dynamo.utils import compilation_time_metrics
     return {k: float(sum(v)) for k, v in compilation_time_metrics.items()}
+
+
+def phase_deltas(before: dict, after: dict, top: int = 14) -> dict:
+    """The ``top`` phases that took longest between two phase_seconds() readings (nested phases count in their
+    parents too), in seconds."""
+    spent = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    return {k: round(v, 2) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])[:top] if v > 0.05}
 
 
 def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int = 3, runs=None,
@@ -128,13 +135,11 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
                     graphs[run][name] = "not compiled: out of --model-budget-s"
                     continue
                 (fp8ext_compile.enable if switch else fp8ext_compile.disable)()
-                began, before = time.perf_counter(), _phase_seconds()
+                began, before = time.perf_counter(), phase_seconds()
                 got = guarded(steps[run][name])
                 torch.cuda.synchronize()
                 compile_s[run] += time.perf_counter() - began
-                after = _phase_seconds()
-                phases[f"{run} {name}"] = {k: round(v - before.get(k, 0.0), 2) for k, v in sorted(
-                    after.items(), key=lambda kv: before.get(kv[0], 0.0) - kv[1])[:14] if v - before.get(k, 0.0) > 0.05}
+                phases[f"{run} {name}"] = phase_deltas(before, phase_seconds())
                 fp8ext_compile.disable()
                 if not quiet:
                     print(f"model section: {run} {name}: first call {time.perf_counter() - began:.1f} s", flush=True)

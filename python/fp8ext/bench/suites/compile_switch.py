@@ -12,6 +12,7 @@ turns).
 """
 from __future__ import annotations
 
+import os
 import time
 import types
 
@@ -21,6 +22,7 @@ from ... import compile as fp8ext_compile
 from ... import ops
 from ...zoo import LLAMA3_LAYERS, zoo_rows
 from ..common import geomean, make_operands
+from ..compile_models import phase_deltas, phase_seconds
 from ..registry import register_suite
 from ..timing import TIMER_METHOD, Timer
 
@@ -86,7 +88,9 @@ def shape_row(row: dict, timer: Timer, rounds: int) -> dict:
     torch._dynamo.reset()
     # The switch's compile first: it times every candidate, and the compile without the switch then finds its own
     # candidates' times in Inductor's autotune cache, so both choose on the same measurements.
+    before = phase_seconds()
     with_fp8ext, with_s, chosen = compiled(a, w, sa, sb, switch=True)
+    phases = phase_deltas(before, phase_seconds())
     without, without_s, without_chosen = compiled(a, w, sa, sb, switch=False)
     eager = lambda: ops.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True)  # noqa: E731
     t = timer.interleaved({"with": lambda: with_fp8ext(a, w, sa, sb), "without": lambda: without(a, w, sa, sb),
@@ -94,7 +98,7 @@ def shape_row(row: dict, timer: Timer, rounds: int) -> dict:
     return {**row, "accum": "fast", "compiled_with_fp8ext_us": t["with"], "compiled_without_us": t["without"],
             "eager_fp8ext_us": t["eager"], "ratio": t["without"] / t["with"], "chosen": chosen[0] if chosen else None,
             "chosen_without": without_chosen[0] if without_chosen else None,
-            "compile_with_s": with_s, "compile_without_s": without_s,
+            "compile_with_s": with_s, "compile_with_phases_s": phases, "compile_without_s": without_s,
             "eager_fp8ext_kernel": ops.selected_kernel(M, N, K)}
 
 
@@ -162,7 +166,9 @@ def compile_suite(args) -> dict:
     summary = summarize_shapes(rows) if rows else {}
     if left_out:
         summary["not measured (out of --shape-budget-s)"] = ", ".join(left_out)
+    import torch._inductor.config as inductor_config
     record = {"method": __doc__.split("\n\n")[1].replace("\n", " ") + " " + TIMER_METHOD, "summary": summary,
+              "inductor": {"compile_threads": inductor_config.compile_threads, "cpus": len(os.sched_getaffinity(0))},
               "rows": rows}
     if not args.no_models:
         runs = None if args.model_runs is None else [r.strip() for r in args.model_runs.split(",")]
