@@ -389,3 +389,24 @@ def test_suite_record_names_the_settings_that_change_what_runs(monkeypatch):
     monkeypatch.setenv("FP8EXT_OUT", "/somewhere")  # not a setting of what runs: left out
     record = common.suite_record("model")
     assert record["settings"] == {"FP8EXT_PDL": "0"} and list(record)[-1] == "settings"
+
+
+def test_zoo_host_inclusive_columns_and_summary(fake_gpu, monkeypatch, tmp_path):
+    """--host-inclusive: run_zoo gets a timer without the hold, and the summary has the host-inclusive ratio."""
+    seen = {}
+
+    def fake_run(rows, accums, timer, **kw):
+        seen["host_timer"] = kw.get("host_timer")
+        out = zoo_rows_fake()
+        for r in out:
+            r.update(fp8ext_host_us=20.0, fp8ext_kernels_host_us=20.0, torch_rowwise_host_us=10.0)
+        return out
+
+    monkeypatch.setattr(zoo_suite, "run_zoo", fake_run)
+    monkeypatch.setattr(zoo_suite, "Timer", lambda rep_ms, hold=True: ("timer", rep_ms, hold))
+    path = tmp_path / "zoo.json"
+    assert main(["--suite", "zoo", "--host-inclusive", "--json", str(path), "--quiet"]) == 0
+    assert seen["host_timer"][2] is False
+    record = json.loads(path.read_text())
+    assert record["summary"]["heldout fast all"]["default, host included"]["geomean"] == pytest.approx(0.5)
+    assert "as an eager caller waits for it" in record["method"]
