@@ -64,6 +64,21 @@ def test_a_compiled_scaled_mm_runs_the_chosen_candidate_and_equals_it(M, mode):
         assert chosen[0] not in ("aten",) and not chosen[0].startswith("triton_"), chosen
 
 
+def test_a_compiled_blockwise_scaled_mm_runs_the_chosen_candidate_and_equals_it():
+    """Block-wise scales (1 x 128 groups of a, 128 x 128 blocks of b): fp8ext offers its block-wise dispatch's
+    kernel beside ATen's."""
+    a, b, sa, sb = random_blockwise_operands(16, 2048, 1536, device="cuda")
+    torch._dynamo.reset()
+    with fp8ext.compile.enabled():
+        compiled = torch.compile(lambda a, b, sa, sb: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
+                                 fullgraph=True)
+        out, code = run_and_get_code(compiled, a, b, sa, sb)
+    chosen = fp8ext.compile.chosen(code)
+    assert len(chosen) == 1, code
+    want = eager_of(chosen[0], a, b, sa, sb, fast=False)
+    assert want is None or torch.equal(out, want), chosen
+
+
 def test_a_dynamic_m_and_cuda_graphs():
     K = N = 4096
     _, b, _, sb = random_operands(1, N, K, device="cuda")
