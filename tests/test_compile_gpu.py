@@ -147,3 +147,35 @@ def test_a_second_process_hits_the_cache_and_times_nothing(tmp_path):
     assert second["autotuner_calls"] == 0 and second["fp8ext_timed"] == 0, runs  # the second lowered nothing
     assert second["aot"].get("autograd_cache_hit", 0) + second["inductor"].get("fxgraph_cache_hit", 0) >= 1, runs
     assert second["sum"] == first["sum"], runs
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_the_compiled_quantize_on_the_gpu_equals_the_eager_kernel_bit_for_bit(dtype):
+    """The decomposition's float64 divisions in Triton give the quantize kernel's bits (zero, NaN, huge, tiny rows)."""
+    from test_compile_switch import nasty_rows, same_bits
+    x = nasty_rows(dtype, K=4096).cuda()
+    e4m3, e5m2 = torch.float8_e4m3fn, torch.float8_e5m2
+    quantize = torch.ops.fp8ext.quantize_rowwise
+    torch._dynamo.reset()
+    with fp8ext.compile.enabled(), torch.no_grad():
+        got = torch.compile(lambda x: (quantize(x, e4m3, None), quantize(x, e5m2, 2.5)), fullgraph=True)(x)
+    want = (quantize(x, e4m3, None), quantize(x, e5m2, 2.5))
+    for (q, s), (q_ref, s_ref) in zip(got, want):
+        assert same_bits(q, q_ref) and same_bits(s, s_ref)
+
+
+def test_a_compiled_norm_and_float8_linear_on_the_gpu_fuse_the_quantize_and_equal_eager():
+    """RMSNorm -> Float8Linear under the switch: no fp8ext.linear call is left, one GEMM runs, and with Inductor
+    rounding the norm's output to bf16 (emulate_precision_casts) the result equals the eager layer's."""
+    import re
+    import torch._inductor.config as inductor_config
+    from test_compile_switch import NormThenLinear
+    module, x = NormThenLinear(K=512, N=256).cuda(), torch.randn(8, 512, dtype=torch.bfloat16, device="cuda")
+    torch._dynamo.reset()
+    with fp8ext.compile.enabled(), torch.no_grad(), inductor_config.patch(emulate_precision_casts=True):
+        out, code = run_and_get_code(torch.compile(module, fullgraph=True), x)
+    text = "\n".join(code)
+    assert not re.search(r"torch\.ops\.fp8ext\.(linear|quantize_rowwise)\.default\(", text), text
+    assert len(fp8ext.compile.chosen(code)) + len(re.findall(r"fp8ext\._scaled_mm_with_kernel\.default\(", text)) == 1
+    with torch.no_grad():
+        assert torch.equal(out, module(x))
