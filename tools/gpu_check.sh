@@ -19,8 +19,10 @@
 # e.g. "--config 8b --compile"), quantize (quantize_rowwise against copy bandwidth and an empty launch), linear
 # (Float8Linear against bf16 nn.Linear on Llama-3 layers), blockwise (the block-scaled kernels against torch
 # block-wise and fp8ext row-wise; with the stage selftest also, first, tests/test_blockwise_selftest.py),
-# sanitize (tools/sanitize.sh). Each of inductor, invariance, host, floor, autotune, decode-chain, edge, model,
-# quantize and linear is `python -m fp8ext.bench --suite NAME` (NAME inductor-peer for inductor), its record in
+# sanitize (tools/sanitize.sh), compile (fp8ext.compile: tests/test_compile_gpu.py, then the compile suite with
+# FP8EXT_COMPILE_ARGS, e.g. "--no-models --shape-rows 0:8" or "--no-shapes --model-layers 8"; a fresh
+# inductor cache for each run). Each of inductor, invariance, host, floor, autotune, decode-chain, edge, model,
+# quantize, linear and compile is `python -m fp8ext.bench --suite NAME` (NAME inductor-peer for inductor), its record in
 # $OUT_DIR/NAME.json and its output in $OUT_DIR/NAME.log. Wheels that the machine lacks (nvidia-cutlass for the headers) may be placed
 # in .whl/; they are installed to a private prefix first. The build is in place and incremental (build/ is
 # reused when the machine is still warm).
@@ -208,6 +210,20 @@ fi
 if [[ $STAGES == *,model,* ]]; then
   probe model --plot "$OUT_DIR/model.png" ${FP8EXT_MODEL_ARGS:-}
   sed -n '/model summary/,$p' "$OUT_DIR/model.log"
+fi
+
+if [[ $STAGES == *,compile,* ]]; then
+  # A fresh Inductor cache: what the suite compiles is timed as a first compile, and no earlier run's autotune
+  # times decide for it.
+  export TORCHINDUCTOR_CACHE_DIR=$(mktemp -d /tmp/fp8ext-inductor-XXXXXX)
+  set +e
+  (cd /tmp && $PY -m pytest -q -p no:cacheprovider -rfs "$OLDPWD/tests/test_compile_gpu.py") \
+    >"$OUT_DIR/pytest-compile.log" 2>&1
+  echo "compile pytest exit code $?"
+  set -e
+  tail -3 "$OUT_DIR/pytest-compile.log"
+  probe compile ${FP8EXT_COMPILE_ARGS:-}
+  grep -E "^[0-9]+x|geomean|worst|below|model section" "$OUT_DIR/compile.log" | tail -40
 fi
 
 for name in quantize linear; do
