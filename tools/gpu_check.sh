@@ -216,6 +216,9 @@ if [[ $STAGES == *,compile,* ]]; then
   # A fresh Inductor cache: what the suite compiles is timed as a first compile, and no earlier run's autotune
   # times decide for it.
   export TORCHINDUCTOR_CACHE_DIR=$(mktemp -d /tmp/fp8ext-inductor-XXXXXX)
+  # Inductor compiles Triton kernels on this many workers (its default: the CPUs it may use, at most 32); the
+  # record says what it had.
+  export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-$(nproc)}
   set +e
   (cd /tmp && $PY -m pytest -q -p no:cacheprovider -rfs "$OLDPWD/tests/test_compile_gpu.py") \
     >"$OUT_DIR/pytest-compile.log" 2>&1
