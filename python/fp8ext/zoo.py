@@ -147,8 +147,8 @@ DEEPSEEK_M = [1, 4, 16, 32, 64, 128, 512, 1024, 4096, 16384]
 # The block-wise suite's fresh sets: weights of models that no fit and no earlier run had read, as (model, weight,
 # N, K, the four M drawn for it), the fused projections as the serving engines run them, from the models' published
 # configs. tools/draw_fresh_shapes.py drew the M (seeded; it redraws them exactly, as
-# tests/test_blockwise_dispatch.py checks) and `--suite blockwise --shapes` timed these shapes. A set judges one fit of the block-wise dispatch and then
-# becomes tuning material (tools/fit_blockwise_dispatch.py --custom).
+# tests/test_blockwise_dispatch.py checks) and `--suite blockwise --shapes` timed these shapes. A set judges one fit
+# of the block-wise dispatch and then becomes tuning material (tools/fit_blockwise_dispatch.py --custom).
 FRESH_SETS: dict[str, list[tuple[str, str, int, int, tuple[int, ...]]]] = {
     "fresh-2026-12-03": [
         # Qwen3-235B-A22B: hidden 4096, 64 q / 4 kv heads of 128, expert MLP 1536

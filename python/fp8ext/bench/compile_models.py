@@ -13,8 +13,8 @@ state named:
     torchao                   the same model, switch off
 
 Shape by shape, each run is compiled in turn (the first call: `compile_s`, summed over the shapes) and captured as
-a CUDA graph; then every run's graphs are timed in interleaved turns: decode at batch 1 and 8 (one token against a static KV cache
-of 256) and prefill 1 x 2048 (the last token's logits). A torch.profiler trace of one batch-1 decode replay counts
+a CUDA graph; then every run's graphs are timed in interleaved turns: decode at batch 1 and 8 (one token against a
+static KV cache of 256) and prefill 1 x 2048 (the last token's logits). A torch.profiler trace of one batch-1 decode replay counts
 each run's kernels per layer, its quantize kernels and fp8ext's kernels. Inductor's FX graph cache is off, so that
 every compile is a whole one; its autotune cache stays on, as by default, so that the layers after the first find
 their GEMMs' timings there (run the section with a fresh TORCHINDUCTOR_CACHE_DIR). The switch's runs compile first,

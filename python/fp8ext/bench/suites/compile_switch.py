@@ -135,9 +135,10 @@ def summarize_shapes(rows: list[dict]) -> dict:
                          "--no-shapes": dict(action="store_true", help="compile suite: the model section only"),
                          "--no-models": dict(action="store_true", help="compile suite: the shape rows only"),
                          "--model-layers": dict(type=int, default=32, help="compile suite: decoder layers (32)"),
-                         "--model-runs": dict(default=None, help="compile suite: the model runs to take, comma-separated "
-                                                                 "(default all: bf16, fp8ext_fused, "
-                                                                 "fp8ext_fused_no_switch, torchao_switch, torchao)"),
+                         "--model-runs": dict(default=None,
+                                              help="compile suite: the model runs to take, comma-separated (default "
+                                                   "all: bf16, fp8ext_fused, fp8ext_fused_no_switch, torchao_switch, "
+                                                   "torchao)"),
                          "--model-budget-s": dict(type=float, default=None,
                                                   help="compile suite: seconds for the model section's compilations; "
                                                        "shapes left when they run out are not measured"),

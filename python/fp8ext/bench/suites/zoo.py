@@ -143,11 +143,11 @@ def plot_zoo(rows: list[dict], path: str) -> bool:
     return True
 
 
-def host_inclusive_timer(rep_ms: Optional[float]) -> Timer:
+def host_inclusive_timer(rep_ms: float) -> Timer:
     """What an eager caller waits for, as triton.testing.do_bench times it: the L2 flush queued ahead of each call,
     no spin kernel to hide the host, calls issued back to back in grad mode; a call whose host work outlasts the
     flush waits for its own issue."""
-    return Timer(rep_ms=rep_ms or 100, hold=False)
+    return Timer(rep_ms=rep_ms, hold=False)
 
 
 HOST_METHOD = (" With --host-inclusive each call is timed again as an eager caller waits for it (the columns"
