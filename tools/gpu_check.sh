@@ -20,8 +20,8 @@
 # (Float8Linear against bf16 nn.Linear on Llama-3 layers), blockwise (the block-scaled kernels against torch
 # block-wise and fp8ext row-wise; with the stage selftest also, first, tests/test_blockwise_selftest.py),
 # sanitize (tools/sanitize.sh), compile (fp8ext.compile: tests/test_compile_gpu.py, then the compile suite with
-# FP8EXT_COMPILE_ARGS, e.g. "--no-models --shape-rows 0:8" or "--no-shapes --model-layers 8"; a fresh
-# inductor cache for each run). Each of inductor, invariance, host, floor, autotune, decode-chain, edge, model,
+# FP8EXT_COMPILE_ARGS, e.g. "--no-models --shape-rows 0:8", "--no-shapes --model-layers 8", or "--gpus 0
+# --fanout-deadline-s 480" for every GPU of the host, a process each; a fresh inductor cache for each run). Each of inductor, invariance, host, floor, autotune, decode-chain, edge, model,
 # quantize, linear and compile is `python -m fp8ext.bench --suite NAME` (NAME inductor-peer for inductor), its record in
 # $OUT_DIR/NAME.json and its output in $OUT_DIR/NAME.log. Wheels that the machine lacks (nvidia-cutlass for the headers) may be placed
 # in .whl/; they are installed to a private prefix first. The build is in place and incremental (build/ is

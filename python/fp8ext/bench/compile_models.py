@@ -12,13 +12,13 @@ state named:
                               torch._scaled_mm calls get fp8ext's kernels among Inductor's choices
     torchao                   the same model, switch off
 
-Shape by shape, each run is compiled in turn (the first call: `compile_s`, summed over the shapes) and captured as
-a CUDA graph; then every run's graphs are timed in interleaved turns: decode at batch 1 and 8 (one token against a
-static KV cache of 256) and prefill 1 x 2048 (the last token's logits). A torch.profiler trace of one batch-1 decode replay counts
-each run's kernels per layer, its quantize kernels and fp8ext's kernels. Inductor's FX graph cache is off, so that
-every compile is a whole one; its autotune cache stays on, as by default, so that the layers after the first find
-their GEMMs' timings there (run the section with a fresh TORCHINDUCTOR_CACHE_DIR). The switch's runs compile first,
-so that any cache the two share (Triton's kernel cache) favours the runs without it.
+Shape by shape, each run is compiled in turn (the first call: `compile_s`, summed over the shapes) and captured as a
+CUDA graph; then every run's graphs are timed in interleaved turns: decode at batch 1 and 8 (one token against a
+static KV cache of 256) and prefill 1 x 2048 (the last token's logits). A torch.profiler trace of one batch-1 decode
+replay counts each run's kernels per layer, its quantize kernels and fp8ext's kernels. Inductor's FX graph cache is
+off, so that every compile is a whole one; its autotune cache stays on, as by default, so that the layers after the
+first find their GEMMs' timings there (run the section with a fresh TORCHINDUCTOR_CACHE_DIR). The switch's runs
+compile first, so that any cache the two share (Triton's kernel cache) favours the runs without it.
 """
 from __future__ import annotations
 
@@ -153,6 +153,32 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
         fns = {run: g[name] for run, g in graphs.items() if name in g and not isinstance(g[name], str)}
         ms[name] = {**{run: g[name] for run, g in graphs.items() if isinstance(g.get(name), str)},
                     **time_ms(fns, iters, rounds)}
+    del graphs, models
+    torch.cuda.empty_cache()
+    return summarize_model({"config": "8b", "layers": layers, "attention": "sdpa_packed_gqa", "ms": ms,
+                            "compile_s": compile_s, "compile_phases_s": phases, "profile_decode_b1": profiles,
+                            "errors": errors})
+
+
+def merge_model_parts(parts: list) -> dict:
+    """One model section of several, each of which timed some runs and shapes (bench/fanout.py): the times of each
+    shape side by side, compile_s summed per run, and the ratios taken again. A ratio only ever divides two times
+    that one part took."""
+    merged = {k: parts[0][k] for k in ("config", "layers", "attention")}
+    merged.update({"ms": {}, "compile_s": {}, "compile_phases_s": {}, "profile_decode_b1": {}, "errors": {}})
+    for part in parts:
+        for name, times in part["ms"].items():
+            merged["ms"].setdefault(name, {}).update(times)
+        for run, s in part["compile_s"].items():
+            merged["compile_s"][run] = merged["compile_s"].get(run, 0.0) + s
+        for key in ("compile_phases_s", "profile_decode_b1", "errors"):
+            merged[key].update(part[key])
+    return summarize_model(merged)
+
+
+def summarize_model(raw: dict) -> dict:
+    """The model section's ratios, kernel counts and summary from its times, compile seconds and profiles."""
+    ms, compile_s, profiles = raw["ms"], raw["compile_s"], raw["profile_decode_b1"]
 
     def over(name, slow, fast):
         a, b = ms.get(name, {}).get(slow), ms.get(name, {}).get(fast)
@@ -165,18 +191,13 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
              "decode_b8_vs_bf16": over("decode_b8", "bf16", "fp8ext_fused"),
              "prefill_vs_bf16": over("prefill_1x2048", "bf16", "fp8ext_fused"),
              "decode_b1_switch_vs_no_switch": over("decode_b1", "fp8ext_fused_no_switch", "fp8ext_fused")}
+    kernels = {"with_fused_quantize": (profiles.get("fp8ext_fused") or {}).get("kernels_per_layer"),
+               "without": (profiles.get("fp8ext_fused_no_switch") or {}).get("kernels_per_layer")}
     summary = {**{f"torchao with/without switch {k}": v for k, v in torchao_ratios.items()},
                **{f"fp8ext_fused compiled {k}": v for k, v in fused.items()},
                "compile_s torchao with / without": f"{compile_s.get('torchao_switch')} / {compile_s.get('torchao')}",
-               "kernels per layer fp8ext_fused with / without the fused quantize": (
-                   f"{(profiles.get('fp8ext_fused') or {}).get('kernels_per_layer')} / "
-                   f"{(profiles.get('fp8ext_fused_no_switch') or {}).get('kernels_per_layer')}")}
-    del graphs, models
-    torch.cuda.empty_cache()
-    return {"config": "8b", "layers": layers, "attention": "sdpa_packed_gqa", "ms": ms, "torchao": torchao_ratios,
-            "fp8ext_fused": fused, "compile_s": compile_s, "compile_phases_s": phases, "profile_decode_b1": profiles,
-            "errors": errors,
-            "kernels_per_layer": {"with_fused_quantize": (profiles.get("fp8ext_fused") or {}).get("kernels_per_layer"),
-                                  "without": (profiles.get("fp8ext_fused_no_switch") or {}).get("kernels_per_layer")},
+               "kernels per layer fp8ext_fused with / without the fused quantize":
+                   f"{kernels['with_fused_quantize']} / {kernels['without']}"}
+    return {**raw, "torchao": torchao_ratios, "fp8ext_fused": fused, "kernels_per_layer": kernels,
             "summary": summary, "geomean_torchao_ratio": geomean([v for v in torchao_ratios.values() if v])
             if any(torchao_ratios.values()) else None}

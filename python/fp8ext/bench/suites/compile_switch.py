@@ -81,6 +81,18 @@ class _off:
             fp8ext_compile.enable()
 
 
+def chosen_rows(args) -> list:
+    """(index, row) of the shape rows that --no-shapes, --shape-rows and --shape-max-m leave."""
+    todo = [] if args.no_shapes else list(enumerate(shapes()))
+    if args.shape_rows and ":" in args.shape_rows:
+        first, _, last = args.shape_rows.partition(":")
+        todo = todo[int(first) if first else None:int(last) if last else None]
+    elif args.shape_rows:
+        wanted = {int(i) for i in args.shape_rows.split(",")}
+        todo = [(i, row) for i, row in todo if i in wanted]
+    return [(i, row) for i, row in todo if args.shape_max_m is None or row["M"] <= args.shape_max_m]
+
+
 def shape_row(row: dict, timer: Timer, rounds: int) -> dict:
     M, N, K = row["M"], row["N"], row["K"]
     a, b, sa, sb = make_operands(M, N, K)[:4]
@@ -129,7 +141,7 @@ def summarize_shapes(rows: list[dict]) -> dict:
                                                    help="compile suite: seconds for the shape rows (900)"),
                          "--shape-rows": dict(default=None,
                                               help="compile suite: a slice START:END of the shape rows (in the order "
-                                                   "they run), so that a record can be taken in parts"),
+                                                   "they run), or their indices I,J,...; a record taken in parts"),
                          "--shape-max-m": dict(type=int, default=None,
                                                help="compile suite: only the shape rows of M up to this"),
                          "--no-shapes": dict(action="store_true", help="compile suite: the model section only"),
@@ -143,22 +155,24 @@ def summarize_shapes(rows: list[dict]) -> dict:
                                                   help="compile suite: seconds for the model section's compilations; "
                                                        "shapes left when they run out are not measured"),
                          "--model-shapes": dict(default="decode_b1,decode_b8,prefill_1x2048",
-                                                help="compile suite: the model shapes to take, comma-separated")})
+                                                help="compile suite: the model shapes to take, comma-separated"),
+                         "--gpus": dict(type=int, default=1,
+                                        help="compile suite: spread the shape rows and model shapes over this many "
+                                             "GPUs of the host, a process each (bench/fanout.py); 0 = all"),
+                         "--fanout-deadline-s": dict(type=float, default=None,
+                                                     help="compile suite with --gpus: stop the jobs still running "
+                                                          "after this many seconds and record what finished")})
 def compile_suite(args) -> dict:
     from ..compile_models import model_section
+    if args.gpus != 1:
+        return fanned_out(args)
     timer = Timer(rep_ms=args.rep_ms or 60)
     rows, left_out, start = [], [], time.time()
-    todo = [] if args.no_shapes else shapes()
-    if args.shape_rows:
-        first, _, last = args.shape_rows.partition(":")
-        todo = todo[int(first) if first else None:int(last) if last else None]
-    for row in todo:
-        if args.shape_max_m is not None and row["M"] > args.shape_max_m:
-            continue
+    for index, row in chosen_rows(args):
         if time.time() - start > args.shape_budget_s:
             left_out.append(f"{row['M']}x{row['N']}x{row['K']}")
             continue
-        got = shape_row(row, timer, args.rounds)
+        got = {"row": index, **shape_row(row, timer, args.rounds)}
         rows.append(got)
         if not args.quiet:
             print(f"{got['M']}x{got['N']}x{got['K']} ({got['split']}): with {got['compiled_with_fp8ext_us']:.1f} us "
@@ -176,5 +190,57 @@ def compile_suite(args) -> dict:
         record["model"] = model_section(args.model_layers, quiet=args.quiet, runs=runs,
                                         shapes=tuple(x.strip() for x in args.model_shapes.split(",")),
                                         budget_s=args.model_budget_s)
+        record["summary"].update({f"model {k}": v for k, v in record["model"]["summary"].items()})
+    return record
+
+
+ROWS_PER_JOB = 3
+MODEL_RUN_GROUPS = (("bf16", "fp8ext_fused", "fp8ext_fused_no_switch"), ("torchao_switch", "torchao"))
+
+
+def fanned_out(args) -> dict:
+    """The suite spread over --gpus GPUs (bench/fanout.py): the shape rows ROWS_PER_JOB to a job, and the model
+    section one shape and one group of MODEL_RUN_GROUPS to a job, so that every ratio the record holds divides two
+    times that one process took on one GPU."""
+    from ..compile_models import merge_model_parts
+    from ..fanout import Job, bench_command, run_jobs, visible_gpus
+    gpus = args.gpus or visible_gpus()
+    common = ["--rep-ms", str(args.rep_ms), "--rounds", str(args.rounds)]
+    rows = chosen_rows(args)
+    jobs = [Job(f"shape rows {','.join(str(i) for i, _ in part)}",
+                [*common, "--no-models", "--shape-budget-s", str(args.shape_budget_s),
+                 "--shape-rows", ",".join(str(i) for i, _ in part)], 60.0 * len(part))
+            for part in (rows[j:j + ROWS_PER_JOB] for j in range(0, len(rows), ROWS_PER_JOB))]
+    wanted = None if args.model_runs is None else {r.strip() for r in args.model_runs.split(",")}
+    for shape in ([] if args.no_models else [x.strip() for x in args.model_shapes.split(",")]):
+        for group in MODEL_RUN_GROUPS:
+            runs = [r for r in group if wanted is None or r in wanted]
+            if runs:
+                budget = [] if args.model_budget_s is None else ["--model-budget-s", str(args.model_budget_s)]
+                jobs.append(Job(f"model {shape} {','.join(runs)}",
+                                [*common, "--no-shapes", "--model-layers", str(args.model_layers),
+                                 "--model-shapes", shape, "--model-runs", ",".join(runs), *budget],
+                                100.0 * len(runs)))
+    done = run_jobs(bench_command("compile"), jobs, gpus, args.fanout_deadline_s, quiet=args.quiet)
+    got_rows, parts, unmeasured = [], [], []
+    for job, entry in zip(jobs, done):
+        record = entry.get("record")
+        if record is None and job.name.startswith("shape rows"):
+            unmeasured.append(job.name.split(" ", 2)[2])
+        elif record is not None:
+            got_rows += [{**row, "gpu": entry["gpu"]} for row in record["rows"]]
+            if "model" in record:
+                parts.append(record["model"])
+    got_rows.sort(key=lambda r: r["row"])
+    summary = summarize_shapes(got_rows) if got_rows else {}
+    if unmeasured:
+        summary["rows not measured (their job failed or was stopped)"] = ",".join(unmeasured)
+    first = next((e["record"] for e in done if e.get("record")), {})
+    record = {"method": __doc__.split("\n\n")[1].replace("\n", " ") + " " + TIMER_METHOD + " Spread over "
+              f"{gpus} GPUs of one host, a process each; each row and each model ratio comes from one process.",
+              "summary": summary, "inductor": {**first.get("inductor", {}), "gpus": gpus},
+              "jobs": [{k: v for k, v in e.items() if k != "record"} for e in done], "rows": got_rows}
+    if parts:
+        record["model"] = merge_model_parts(parts)
         record["summary"].update({f"model {k}": v for k, v in record["model"]["summary"].items()})
     return record
