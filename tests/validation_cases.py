@@ -37,12 +37,13 @@ class Case:
     gpu_only: bool = False
 
 
-def _with(**changes):
-    """A builder that takes good() and replaces positional (a, b, scale_a, scale_b) or keyword arguments."""
+def _with(_base=None, **changes):
+    """A builder that takes good() (or the valid call _base(device) builds) and replaces positional (a, b, scale_a,
+    scale_b) or keyword arguments; each change is (device, the valid call's args) -> the new value."""
     positions = {"a": 0, "b": 1, "scale_a": 2, "scale_b": 3}
 
     def build(device):
-        args, kwargs = good(device)
+        args, kwargs = (_base or good)(device)
         for name, make in changes.items():
             value = make(device, args)
             if name in positions:

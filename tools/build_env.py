@@ -152,7 +152,8 @@ def sources(with_cuda: bool) -> list[Path]:
     srcs = [ops / "schemas.cpp", ops / "meta_checks.cpp", ops / "autotune_cache_ops.cpp", ops / "op_errors.cpp",
             ops / "scaled_mm_checks.cpp", CSRC / "reference" / "scaled_mm_cpu.cpp",
             SM90 / "autotune" / "autotune_cache.cpp", quantize / "quantize_rowwise_op.cpp",
-            quantize / "quantize_blockwise_op.cpp", ops / "linear_checks.cpp"]
+            quantize / "quantize_blockwise_op.cpp", ops / "linear_checks.cpp", ops / "grouped_checks.cpp",
+            CSRC / "reference" / "scaled_grouped_mm_cpu.cpp"]
     if with_cuda:
         srcs += [quantize / "quantize_rowwise_cuda.cpp", quantize / "quantize_rowwise.cu",
                  quantize / "quantize_blockwise_cuda.cpp", quantize / "quantize_blockwise.cu"]

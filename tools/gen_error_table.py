@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Write docs/errors.md from tests/validation_cases.py: every input fp8ext.scaled_mm rejects, with its message.
+"""Write docs/errors.md from tests/validation_cases.py and tests/grouped_validation_cases.py: every input
+fp8ext.scaled_mm and fp8ext.scaled_grouped_mm reject, with its message.
 
     python tools/gen_error_table.py
 
-tests/test_validation.py checks that each case raises exactly the listed message (eager, and traced by the fake
-implementation, torch.compile and torch.export) and that this page is exactly what this script writes.
+tests/test_validation.py and tests/test_grouped_cpu.py check that each case raises exactly the listed message
+(eager, and traced by the fake implementation) and that this page is exactly what this script writes.
 """
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from validation_cases import CASES, K, M, N  # noqa: E402
+import grouped_validation_cases as grouped  # noqa: E402
 
 HEADER = f"""# Errors raised by fp8ext.scaled_mm
 
@@ -27,13 +29,30 @@ implementation runs the same C++ checks on the tensors' metadata.
 """
 
 
+GROUPED_HEADER = """
+## fp8ext.scaled_grouped_mm
+
+The same rule: every check that the tensors' shapes, strides, dtypes and devices decide runs before anything is
+allocated, eager and traced alike. The values of `offs` are checked where they are read on the host (the CPU
+backend; rows G1-G4). The examples break one thing of a valid call: a MoE forward (2d x 3d) of G = 6 groups of
+5, 0, 1, 37, 16 and 3 rows (T = 62), N = 64, K = 96, row-wise scales; or a 3d x 3d call (G = 3, M = 17); or a
+2d x 2d call (M = 24, K slices of 32, 0, 96 and 16). Each row is a test in `tests/test_grouped_cpu.py` (from
+`tests/grouped_validation_cases.py`).
+
+| # | rejected input | message |
+|---|---|---|
+"""
+
+
+def _rows(cases, prefix="") -> list:
+    return [f"| {prefix}{i} | {case.what}{' (GPU)' if case.gpu_only else ''} | `{case.message}` |"
+            for i, case in enumerate(cases, 1)]
+
+
 def render() -> str:
     """The text of docs/errors.md."""
-    rows = []
-    for i, case in enumerate(CASES, 1):
-        where = " (GPU)" if case.gpu_only else ""
-        rows.append(f"| {i} | {case.what}{where} | `{case.message}` |")
-    return HEADER + "\n".join(rows) + "\n"
+    return (HEADER + "\n".join(_rows(CASES)) + "\n" + GROUPED_HEADER
+            + "\n".join(_rows(grouped.VALUE_CASES + grouped.CASES, "G")) + "\n")
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-// The validation of scaled_mm, linear and the quantize ops on metadata alone (the _check_*_meta ops, PyTorch's
+// The validation of scaled_mm, scaled_grouped_mm, linear and the quantize ops on metadata alone (the _check_*_meta ops, PyTorch's
 // stable ABI), for their fake implementations (python/fp8ext/ops.py, quantize.py): the same checks and messages
 // as the eager backends, for traced calls. In every build. The schemas are in schemas.cpp.
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include <torch/csrc/stable/device.h>
 #include <torch/csrc/stable/library.h>
 
+#include "ops/grouped_checks.h"
 #include "ops/linear_op.h"
 #include "ops/scaled_mm_checks.h"
 #include "quantize/quantize_blockwise_op.h"
@@ -54,6 +55,27 @@ void check_scaled_mm_meta_op(std::vector<int64_t> a, ScalarType a_dtype, Device 
                        operand_meta(scale_b, scale_b_dtype, scale_b_device), bias_meta, out_dtype);
 }
 
+std::optional<TensorMeta> optional_meta(const std::optional<std::vector<int64_t>>& v, std::optional<ScalarType> dtype,
+                                       std::optional<Device> device) {
+  if (!v.has_value()) return std::nullopt;
+  return operand_meta(*v, dtype.value(), device.value());
+}
+
+void check_scaled_grouped_mm_meta_op(std::vector<int64_t> a, ScalarType a_dtype, Device a_device,
+                                     std::vector<int64_t> b, ScalarType b_dtype, Device b_device,
+                                     std::vector<int64_t> scale_a, ScalarType scale_a_dtype, Device scale_a_device,
+                                     std::vector<int64_t> scale_b, ScalarType scale_b_dtype, Device scale_b_device,
+                                     std::optional<std::vector<int64_t>> offs, std::optional<ScalarType> offs_dtype,
+                                     std::optional<Device> offs_device, std::optional<std::vector<int64_t>> bias,
+                                     std::optional<ScalarType> bias_dtype, std::optional<Device> bias_device,
+                                     std::optional<ScalarType> out_dtype) {
+  check_scaled_grouped_mm_meta(operand_meta(a, a_dtype, a_device), operand_meta(b, b_dtype, b_device),
+                               operand_meta(scale_a, scale_a_dtype, scale_a_device),
+                               operand_meta(scale_b, scale_b_dtype, scale_b_device),
+                               optional_meta(offs, offs_dtype, offs_device), optional_meta(bias, bias_dtype, bias_device),
+                               out_dtype);
+}
+
 void check_linear_meta_op(std::vector<int64_t> x, ScalarType x_dtype, Device x_device, std::vector<int64_t> weight,
                           ScalarType weight_dtype, Device weight_device, std::vector<int64_t> weight_scale,
                           ScalarType weight_scale_dtype, Device weight_scale_device,
@@ -82,6 +104,7 @@ STABLE_TORCH_LIBRARY_IMPL(fp8ext, CompositeExplicitAutograd, m) {
   m.impl("_check_quantize_rowwise_meta", TORCH_BOX(&check_quantize_rowwise_meta_op));
   m.impl("_check_quantize_blockwise_meta", TORCH_BOX(&check_quantize_blockwise_meta_op));
   m.impl("_check_linear_meta", TORCH_BOX(&check_linear_meta_op));
+  m.impl("_check_scaled_grouped_mm_meta", TORCH_BOX(&check_scaled_grouped_mm_meta_op));
 }
 
 }  // namespace fp8ext

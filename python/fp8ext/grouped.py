@@ -1,0 +1,73 @@
+"""fp8ext.scaled_grouped_mm: G scaled FP8 matrix products in one call, for mixture-of-experts layers.
+
+The contract (layouts, scale shapes, what is checked) is written once, in csrc/ops/grouped_checks.h; the CPU
+backend is the scaled_mm reference per group (csrc/reference/scaled_grouped_mm_cpu.cpp). This module holds the
+Python function, the fake implementation (the same C++ checks, for traced calls) and the autograd guard.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .ops import _operands_meta, _refuse_missing, _register_autograd_guard, _run_check
+
+GROUPED_TENSORS = ("a", "b", "scale_a", "scale_b", "offs", "bias")
+
+
+def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                      offs: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
+                      out_dtype: Optional[torch.dtype] = None, use_fast_accum: bool = False) -> torch.Tensor:
+    """``out_g = (a_g @ b_g) * scales (+ bias[g])`` for every group g, with ``torch._scaled_grouped_mm``'s
+    arguments.
+
+    Layouts (``b`` column-major in its last two dimensions: ``w.transpose(-2, -1)`` of row-major weights):
+
+    - ``a [T, K]``, ``b [G, K, N]``, ``offs [G]`` int32: group g owns rows ``offs[g-1] <= r < offs[g]``
+      (``offs[-1] = 0``); out ``[T, N]``, zero in the rows past ``offs[G-1]``. Groups may be empty and may start
+      at any row.
+    - ``a [G, M, K]``, ``b [G, K, N]``, no ``offs``: out ``[G, M, N]``.
+    - ``a [M, K_total]``, ``b [K_total, N]``, ``offs [G]`` along K (multiples of 16): out ``[G, M, N]``, the
+      gradient of expert weights; an empty K slice gives zeros (plus the bias).
+
+    Scales, float32: row-wise in torch's shapes (``scale_a [T]``, ``[G, M]`` or ``[G * M]``; ``scale_b [G, N]``
+    or ``[G * N]``), or block-wise in DeepSeek-V3's (``scale_a [T, ceil(K/128)]`` or ``[G, M, ceil(K/128)]``,
+    ``scale_b [G, ceil(K/128), ceil(N/128)]`` as ``s.transpose(-2, -1)`` of the weights' scales), not in the
+    2d x 2d layout. ``bias [G, N]`` in ``out_dtype`` (bfloat16 by default, float16 or float32). Operands are
+    ``torch.float8_e4m3fn``; at most 1023 groups.
+
+    Every check that metadata decides runs before anything is allocated; the values of ``offs`` (non-decreasing,
+    within a's rows or K_total) are checked where the backend reads them on the host (CPU). This version computes
+    on CPU tensors only (the float32 reference, the bound of docs/accuracy.md); on CUDA tensors it raises
+    NotImplementedError.
+    """
+    return torch.ops.fp8ext.scaled_grouped_mm(a, b, scale_a, scale_b, offs, bias, out_dtype, use_fast_accum)
+
+
+def _output_shape(a: torch.Tensor, b: torch.Tensor, offs: Optional[torch.Tensor]) -> tuple:
+    if a.dim() == 2 and b.dim() == 3:
+        return (a.size(0), b.size(2))
+    if a.dim() == 3:
+        return (a.size(0), a.size(1), b.size(2))
+    return (offs.size(0), a.size(0), b.size(1))
+
+
+@torch.library.register_fake("fp8ext::scaled_grouped_mm")
+def _scaled_grouped_mm_fake(a, b, scale_a, scale_b, offs=None, bias=None, out_dtype=None, use_fast_accum=False):
+    _refuse_missing("fp8ext.scaled_grouped_mm", GROUPED_TENSORS[:4], (a, b, scale_a, scale_b))
+    moved = {}
+    meta = _operands_meta(GROUPED_TENSORS, (a, b, scale_a, scale_b, offs, bias), moved)
+    _run_check(torch.ops.fp8ext._check_scaled_grouped_mm_meta, *meta, out_dtype, moved=moved)
+    return a.new_empty(_output_shape(a, b, offs), dtype=torch.bfloat16 if out_dtype is None else out_dtype)
+
+
+@torch.library.impl("fp8ext::scaled_grouped_mm", "CUDA")
+def _scaled_grouped_mm_cuda(a, b, scale_a, scale_b, offs=None, bias=None, out_dtype=None, use_fast_accum=False):
+    # Checked first, so that a call that would be refused anyway says why.
+    _scaled_grouped_mm_fake(a, b, scale_a, scale_b, offs, bias, out_dtype, use_fast_accum)
+    raise NotImplementedError("fp8ext.scaled_grouped_mm: this version has no CUDA kernels for it; it computes on CPU "
+                              "tensors (the reference). torch._scaled_grouped_mm serves row-wise scales with "
+                              "bfloat16 output on sm_90.")
+
+
+_register_autograd_guard("scaled_grouped_mm", GROUPED_TENSORS, 4)
