@@ -8,24 +8,24 @@
 #   FP8EXT_STAGES=build,test,bench FP8EXT_BENCH_SUITE=llama ...
 #
 # Stages, run in this order: build, test, calibrate (time the kernels the cost model offers on the tuning shapes:
-# tune.py --calibrate), refit (fit csrc/sm90/dispatch/cost_model_coeffs.inc on this run's calibration, and rebuild), bench,
-# zoo (the shape zoo, tuning and held-out parts), inductor (torch.compile max-autotune peer on the baseline's 7 shapes,
-# a process per shape within FP8EXT_INDUCTOR_BUDGET_S, default 420 s), multigpu (needs 2 GPUs), invariance (batch
-# invariance through dispatch), host (host time per eager call), floor (decode against an empty kernel and a plain
-# read), autotune (the autotuner's picks against the cost model's), decode-chain (a decode layer per candidate
-# kernel, as chains replayed in CUDA graphs), edge (NaN, inf, zero scales and overflow against
-# cuBLASLt), model (a Llama-3 8B/70B-shaped decoder stack end to end: bf16, fp8ext.convert, torch row-wise and
-# torchao; prefill and decode tokens/s, top-1 agreement; plot in $OUT_DIR/model.png; FP8EXT_MODEL_ARGS adds options,
-# e.g. "--config 8b --compile"), quantize (quantize_rowwise against copy bandwidth and an empty launch), linear
-# (Float8Linear against bf16 nn.Linear on Llama-3 layers), blockwise (the block-scaled kernels against torch
-# block-wise and fp8ext row-wise; with the stage selftest also, first, tests/test_blockwise_selftest.py),
-# sanitize (tools/sanitize.sh), compile (fp8ext.compile: tests/test_compile_gpu.py, then the compile suite with
-# FP8EXT_COMPILE_ARGS, e.g. "--no-models --shape-rows 0:8", "--no-shapes --model-layers 8", or "--gpus 0
-# --fanout-deadline-s 480" for every GPU of the host, a process each; a fresh inductor cache for each run). Each of inductor, invariance, host, floor, autotune, decode-chain, edge, model,
-# quantize, linear and compile is `python -m fp8ext.bench --suite NAME` (NAME inductor-peer for inductor), its record in
-# $OUT_DIR/NAME.json and its output in $OUT_DIR/NAME.log. Wheels that the machine lacks (nvidia-cutlass for the headers) may be placed
-# in .whl/; they are installed to a private prefix first. The build is in place and incremental (build/ is
-# reused when the machine is still warm).
+# tune.py --calibrate), refit (fit csrc/sm90/dispatch/cost_model_coeffs.inc on this run's calibration, and rebuild),
+# bench, zoo (the shape zoo, tuning and held-out parts), inductor (torch.compile max-autotune peer on the baseline's 7
+# shapes, a process per shape within FP8EXT_INDUCTOR_BUDGET_S, default 420 s), multigpu (needs 2 GPUs), invariance
+# (batch invariance through dispatch), host (host time per eager call), floor (decode against an empty kernel and a
+# plain read), autotune (the autotuner's picks against the cost model's), decode-chain (a decode layer per candidate
+# kernel, as chains replayed in CUDA graphs), edge (NaN, inf, zero scales and overflow against cuBLASLt), model (a
+# Llama-3 8B/70B-shaped decoder stack end to end: bf16, fp8ext.convert, torch row-wise and torchao; prefill and decode
+# tokens/s, top-1 agreement; plot in $OUT_DIR/model.png; FP8EXT_MODEL_ARGS adds options, e.g. "--config 8b
+# --compile"), quantize (quantize_rowwise against copy bandwidth and an empty launch), linear (Float8Linear against
+# bf16 nn.Linear on Llama-3 layers), blockwise (the block-scaled kernels against torch block-wise and fp8ext row-wise;
+# with the stage selftest also, first, tests/test_blockwise_selftest.py), sanitize (tools/sanitize.sh), compile
+# (fp8ext.compile: tests/test_compile_gpu.py, then the compile suite with FP8EXT_COMPILE_ARGS, e.g. "--no-models
+# --shape-rows 0:8", "--no-shapes --model-layers 8", or "--gpus 0 --fanout-deadline-s 480" for every GPU of the host,
+# a process each; a fresh inductor cache for each run). Each of inductor, invariance, host, floor, autotune,
+# decode-chain, edge, model, quantize, linear and compile is `python -m fp8ext.bench --suite NAME` (NAME inductor-peer
+# for inductor), its record in $OUT_DIR/NAME.json and its output in $OUT_DIR/NAME.log. Wheels that the machine lacks
+# (nvidia-cutlass for the headers) may be placed in .whl/; they are installed to a private prefix first. The build is
+# in place and incremental (build/ is reused when the machine is still warm).
 #
 # Wheel mode: FP8EXT_WHEEL=path/to/fp8ext-<version>-cp310-abi3-linux_x86_64.whl makes the build stage install that
 # wheel (pip install --no-deps --force-reinstall, into $PYTHON's environment) instead of building, and every stage
@@ -154,7 +154,8 @@ fi
 if [[ $STAGES == *,bench,* ]]; then
   suite=${FP8EXT_BENCH_SUITE:-quick}
   $PY -m fp8ext.bench --suite "$suite" --json "$OUT_DIR/bench-$suite.json" --plot "$OUT_DIR/bench-$suite.png" \
-    --quiet ${FP8EXT_BENCH_ARGS:-} >"$OUT_DIR/bench-$suite.log" 2>&1 || { tail -30 "$OUT_DIR/bench-$suite.log"; exit 1; }
+    --quiet ${FP8EXT_BENCH_ARGS:-} >"$OUT_DIR/bench-$suite.log" 2>&1 \
+    || { tail -30 "$OUT_DIR/bench-$suite.log"; exit 1; }
   sed -n '/geomean/,$p' "$OUT_DIR/bench-$suite.log"
 fi
 
