@@ -25,8 +25,7 @@ const char* layout_name(GroupedLayout l) {
 }
 
 void check_same_device(const TensorMeta& t, const char* arg, const TensorMeta& a) {
-  FP8EXT_CHECK_ARG(t.device() == a.device(), arg, "expected a tensor on ", device_str(a.device()),
-                   " (the device of a), got one on ", device_str(t.device()));
+  check_on_device_of("fp8ext.scaled_grouped_mm", t, arg, a, "a");
 }
 
 // TMA reads a and b in 16-byte units: the base address, the leading dimension and (3-D) the group stride must be
@@ -38,8 +37,7 @@ void check_alignment(const TensorMeta& t, const char* arg, int64_t ld) {
     FP8EXT_CHECK_ARG(t.stride(0) % 16 == 0, arg, "the stride between groups (", t.stride(0),
                      " elements) must be a multiple of 16 elements (16 bytes) for TMA");
   }
-  FP8EXT_CHECK_ARG(t.address % 16 == 0, arg, "the data pointer must be 16-byte aligned, got an address ",
-                   t.address % 16, " bytes past a 16-byte boundary (storage_offset ", t.storage_offset(), ")");
+  check_address_aligned("fp8ext.scaled_grouped_mm", t, arg);
 }
 
 // a: row-major in its last two dimensions; b: column-major (w.transpose(-2, -1) of row-major weights).
@@ -204,9 +202,7 @@ GroupedMmProblem check_scaled_grouped_mm_meta(const TensorMeta& a, const TensorM
                      dtype_name(t.scalar_type()), "; pass bias.to(", dtype_name(out), ")");
     FP8EXT_CHECK_ARG(t.numel() <= 1 || (t.stride(1) == 1 && (G == 1 || t.stride(0) == N)), "bias",
                      "expected a contiguous tensor, got strides ", shape_str(t.strides()));
-    FP8EXT_CHECK_ARG(t.numel() == 0 || t.address % 16 == 0, "bias", "the data pointer must be 16-byte aligned, got "
-                     "an address ", t.address % 16, " bytes past a 16-byte boundary (storage_offset ",
-                     t.storage_offset(), ")");
+    if (t.numel() > 0) check_address_aligned("fp8ext.scaled_grouped_mm", t, "bias");
   }
   return p;
 }

@@ -10,8 +10,7 @@ namespace {
 #define FP8EXT_CHECK_LINEAR(cond, arg, ...) FP8EXT_CHECK(cond, "fp8ext.linear: ", arg, ": ", __VA_ARGS__)
 
 void check_device(const TensorMeta& t, const char* arg, const TensorMeta& x) {
-  FP8EXT_CHECK_LINEAR(t.device() == x.device(), arg, "expected a tensor on ", device_str(x.device()),
-                      " (the device of x), got one on ", device_str(t.device()));
+  check_on_device_of("fp8ext.linear", t, arg, x, "x");
 }
 
 }  // namespace
@@ -36,9 +35,7 @@ LinearProblem check_linear_meta(const TensorMeta& x, const TensorMeta& weight, c
   FP8EXT_CHECK_LINEAR(weight.stride(1) == 1 && weight.stride(0) >= K && weight.stride(0) % 16 == 0, "weight",
                       "expected rows of K contiguous elements that start at multiples of 16 elements, got strides ",
                       shape_str(weight.strides()), "; pass weight.contiguous()");
-  FP8EXT_CHECK_LINEAR(weight.address % 16 == 0, "weight", "the data pointer must be 16-byte aligned, got an address ",
-                      weight.address % 16, " bytes past a 16-byte boundary (storage_offset ", weight.storage_offset(),
-                      ")");
+  check_address_aligned("fp8ext.linear", weight, "weight");
 
   check_device(weight_scale, "weight_scale", x);
   FP8EXT_CHECK_LINEAR(weight_scale.scalar_type() == ScalarType::Float, "weight_scale",

@@ -22,8 +22,7 @@ bool is_fp8(ScalarType t) { return t == ScalarType::Float8_e4m3fn || t == Scalar
 #define FP8EXT_CHECK_ARG(cond, arg, ...) FP8EXT_CHECK(cond, "fp8ext.scaled_mm: ", arg, ": ", __VA_ARGS__)
 
 void check_same_device(const TensorMeta& t, const char* arg, const TensorMeta& a) {
-  FP8EXT_CHECK_ARG(t.device() == a.device(), arg, "expected a tensor on ", device_str(a.device()),
-                   " (the device of a), got one on ", device_str(t.device()));
+  check_on_device_of("fp8ext.scaled_mm", t, arg, a, "a");
 }
 
 void check_operand(const TensorMeta& t, const char* arg, const char* dims) {
@@ -38,9 +37,7 @@ void check_operand(const TensorMeta& t, const char* arg, const char* dims) {
 void check_alignment(const TensorMeta& t, const char* arg, int64_t ld) {
   FP8EXT_CHECK_ARG(ld % 16 == 0, arg, "the leading dimension (", ld,
                    " elements) must be a multiple of 16 elements (16 bytes) for TMA; pad the buffer it views");
-  const std::uintptr_t addr = t.address;
-  FP8EXT_CHECK_ARG(addr % 16 == 0, arg, "the data pointer must be 16-byte aligned, got an address ",
-                   addr % 16, " bytes past a 16-byte boundary (storage_offset ", t.storage_offset(), ")");
+  check_address_aligned("fp8ext.scaled_mm", t, arg);
 }
 
 enum class ScaleKind { kTensor, kVector, kBlock };
@@ -173,9 +170,18 @@ ScaledMmProblem check_scaled_mm_meta(const TensorMeta& a, const TensorMeta& b, c
 void check_bias_layout(const TensorMeta& bias, const char* op) {
   FP8EXT_CHECK(bias.numel() <= 1 || bias.stride(0) == 1, op, ": bias: expected a contiguous tensor, got stride ",
                bias.stride(0));
-  const std::uintptr_t addr = bias.address;
-  FP8EXT_CHECK(bias.numel() == 0 || addr % 16 == 0, op, ": bias: the data pointer must be 16-byte aligned, got an "
-               "address ", addr % 16, " bytes past a 16-byte boundary (storage_offset ", bias.storage_offset(), ")");
+  if (bias.numel() > 0) check_address_aligned(op, bias, "bias");
+}
+
+void check_on_device_of(const char* op, const TensorMeta& t, const char* arg, const TensorMeta& first,
+                        const char* first_name) {
+  FP8EXT_CHECK(t.device() == first.device(), op, ": ", arg, ": expected a tensor on ", device_str(first.device()),
+               " (the device of ", first_name, "), got one on ", device_str(t.device()));
+}
+
+void check_address_aligned(const char* op, const TensorMeta& t, const char* arg) {
+  FP8EXT_CHECK(t.address % 16 == 0, op, ": ", arg, ": the data pointer must be 16-byte aligned, got an address ",
+               t.address % 16, " bytes past a 16-byte boundary (storage_offset ", t.storage_offset(), ")");
 }
 
 #undef FP8EXT_CHECK_ARG

@@ -59,6 +59,15 @@ ScaledMmProblem check_scaled_mm_meta(const TensorMeta& a, const TensorMeta& b, c
                                      const TensorMeta& scale_b, const std::optional<TensorMeta>& bias,
                                      std::optional<ScalarType> out_dtype);
 
+// `op`'s argument `arg` is on the device of its first tensor `first` (named `first_name`: "a", "x"): the one message
+// of every op for a tensor on another device.
+void check_on_device_of(const char* op, const TensorMeta& t, const char* arg, const TensorMeta& first,
+                        const char* first_name);
+
+// `op`'s argument `arg` starts at a 16-byte boundary (TMA and the kernels' vector loads read it in 16-byte units): the
+// one message of every op for a misaligned data pointer.
+void check_address_aligned(const char* op, const TensorMeta& t, const char* arg);
+
 // The bias's layout as the kernels read it (contiguous, 16-byte aligned), under the caller's op name ("fp8ext.linear"
 // checks its bias before the GEMM it runs is checked).
 void check_bias_layout(const TensorMeta& bias, const char* op);
