@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 import types
+from typing import Optional
 
 import torch
 
@@ -27,6 +28,7 @@ from ..registry import register_suite
 from ..timing import TIMER_METHOD, Timer
 
 SHAPE_M = (1, 4096, 16, 1024, 128)  # small and large M in turns
+METHOD = __doc__.split("\n\n")[1].replace("\n", " ") + " " + TIMER_METHOD
 ZOO_EVERY = 10
 MODE = "max-autotune-no-cudagraphs"
 
@@ -182,16 +184,15 @@ def compile_suite(args) -> dict:
     if left_out:
         summary["not measured (out of --shape-budget-s)"] = ", ".join(left_out)
     import torch._inductor.config as inductor_config
-    record = {"method": __doc__.split("\n\n")[1].replace("\n", " ") + " " + TIMER_METHOD, "summary": summary,
+    record = {"method": METHOD, "summary": summary,
               "inductor": {"compile_threads": inductor_config.compile_threads, "cpus": len(os.sched_getaffinity(0))},
               "rows": rows}
-    if not args.no_models:
-        runs = None if args.model_runs is None else [r.strip() for r in args.model_runs.split(",")]
-        record["model"] = model_section(args.model_layers, quiet=args.quiet, runs=runs,
-                                        shapes=tuple(x.strip() for x in args.model_shapes.split(",")),
-                                        budget_s=args.model_budget_s)
-        record["summary"].update({f"model {k}": v for k, v in record["model"]["summary"].items()})
-    return record
+    if args.no_models:
+        return record
+    runs = None if args.model_runs is None else [r.strip() for r in args.model_runs.split(",")]
+    return with_model(record, model_section(args.model_layers, quiet=args.quiet, runs=runs,
+                                            shapes=tuple(x.strip() for x in args.model_shapes.split(",")),
+                                            budget_s=args.model_budget_s))
 
 
 ROWS_PER_JOB = 3
@@ -206,11 +207,10 @@ def fanned_out(args) -> dict:
     from ..fanout import Job, bench_command, run_jobs, visible_gpus
     gpus = args.gpus or visible_gpus()
     common = ["--rep-ms", str(args.rep_ms), "--rounds", str(args.rounds)]
-    rows = chosen_rows(args)
-    jobs = [Job(f"shape rows {','.join(str(i) for i, _ in part)}",
-                [*common, "--no-models", "--shape-budget-s", str(args.shape_budget_s),
-                 "--shape-rows", ",".join(str(i) for i, _ in part)], 60.0 * len(part))
-            for part in (rows[j:j + ROWS_PER_JOB] for j in range(0, len(rows), ROWS_PER_JOB))]
+    rows = [i for i, _ in chosen_rows(args)]
+    parts_of_rows = [",".join(map(str, rows[j:j + ROWS_PER_JOB])) for j in range(0, len(rows), ROWS_PER_JOB)]
+    jobs = [Job(f"shape rows {part}", [*common, "--no-models", "--shape-budget-s", str(args.shape_budget_s),
+                                       "--shape-rows", part], 60.0 * (part.count(",") + 1)) for part in parts_of_rows]
     wanted = None if args.model_runs is None else {r.strip() for r in args.model_runs.split(",")}
     for shape in ([] if args.no_models else [x.strip() for x in args.model_shapes.split(",")]):
         for group in MODEL_RUN_GROUPS:
@@ -222,12 +222,12 @@ def fanned_out(args) -> dict:
                                  "--model-shapes", shape, "--model-runs", ",".join(runs), *budget],
                                 100.0 * len(runs)))
     done = run_jobs(bench_command("compile"), jobs, gpus, args.fanout_deadline_s, quiet=args.quiet)
-    got_rows, parts, unmeasured = [], [], []
-    for job, entry in zip(jobs, done):
+    got_rows, parts = [], []
+    # the shape-row jobs come first in `jobs`, one per part of parts_of_rows
+    unmeasured = [part for part, entry in zip(parts_of_rows, done) if entry.get("record") is None]
+    for entry in done:
         record = entry.get("record")
-        if record is None and job.name.startswith("shape rows"):
-            unmeasured.append(job.name.split(" ", 2)[2])
-        elif record is not None:
+        if record is not None:
             got_rows += [{**row, "gpu": entry["gpu"]} for row in record["rows"]]
             if "model" in record:
                 parts.append(record["model"])
@@ -236,11 +236,16 @@ def fanned_out(args) -> dict:
     if unmeasured:
         summary["rows not measured (their job failed or was stopped)"] = ",".join(unmeasured)
     first = next((e["record"] for e in done if e.get("record")), {})
-    record = {"method": __doc__.split("\n\n")[1].replace("\n", " ") + " " + TIMER_METHOD + " Spread over "
-              f"{gpus} GPUs of one host, a process each; each row and each model ratio comes from one process.",
+    record = {"method": METHOD + f" Spread over {gpus} GPUs of one host, a process each; each row and each model "
+                                 "ratio comes from one process.",
               "summary": summary, "inductor": {**first.get("inductor", {}), "gpus": gpus},
               "jobs": [{k: v for k, v in e.items() if k != "record"} for e in done], "rows": got_rows}
-    if parts:
-        record["model"] = merge_model_parts(parts)
-        record["summary"].update({f"model {k}": v for k, v in record["model"]["summary"].items()})
+    return with_model(record, merge_model_parts(parts) if parts else None)
+
+
+def with_model(record: dict, model: Optional[dict]) -> dict:
+    """The record with its model section, whose summary joins the record's."""
+    if model is not None:
+        record["model"] = model
+        record["summary"].update({f"model {k}": v for k, v in model["summary"].items()})
     return record
