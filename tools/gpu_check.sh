@@ -21,9 +21,10 @@
 # with the stage selftest also, first, tests/test_blockwise_selftest.py), sanitize (tools/sanitize.sh), compile
 # (fp8ext.compile: tests/test_compile_gpu.py, then the compile suite with FP8EXT_COMPILE_ARGS, e.g. "--no-models
 # --shape-rows 0:8", "--no-shapes --model-layers 8", or "--gpus 0 --fanout-deadline-s 480" for every GPU of the host,
-# a process each; a fresh inductor cache for each run). Each of inductor, invariance, host, floor, autotune,
-# decode-chain, edge, model, quantize, linear and compile is `python -m fp8ext.bench --suite NAME` (NAME inductor-peer
-# for inductor), its record in $OUT_DIR/NAME.json and its output in $OUT_DIR/NAME.log. Wheels that the machine lacks
+# a process each; a fresh inductor cache for each run), grouped (fp8ext.scaled_grouped_mm: tests/test_grouped_gpu.py,
+# then the grouped suite with FP8EXT_GROUPED_ARGS). Each of inductor, invariance, host, floor, autotune, decode-chain,
+# edge, model, quantize, linear, compile and grouped is `python -m fp8ext.bench --suite NAME` (NAME inductor-peer for
+# inductor), its record in $OUT_DIR/NAME.json and its output in $OUT_DIR/NAME.log. Wheels that the machine lacks
 # (nvidia-cutlass for the headers) may be placed in .whl/; they are installed to a private prefix first. The build is
 # in place and incremental (build/ is reused when the machine is still warm).
 #
@@ -174,6 +175,19 @@ probe() {
     || { tail -30 "$OUT_DIR/$name.log"; exit 1; }
 }
 
+# A stage's GPU tests (file $2, run from /tmp so that the installed fp8ext is the one tested; a failure is reported
+# and the suite still runs), then `probe $1` with the remaining arguments.
+tests_then_probe() {
+  local name=$1 tests=$2
+  shift 2
+  set +e
+  (cd /tmp && $PY -m pytest -q -p no:cacheprovider -rfs "$OLDPWD/$tests") >"$OUT_DIR/pytest-$name.log" 2>&1
+  echo "$name pytest exit code $?"
+  set -e
+  tail -3 "$OUT_DIR/pytest-$name.log"
+  probe "$name" "$@"
+}
+
 if [[ $STAGES == *,inductor,* ]]; then
   probe inductor-peer --budget-s "${FP8EXT_INDUCTOR_BUDGET_S:-420}"
   cat "$OUT_DIR/inductor-peer.log"
@@ -220,14 +234,14 @@ if [[ $STAGES == *,compile,* ]]; then
   # Inductor compiles Triton kernels on this many workers (its default: the CPUs it may use, at most 32); the
   # record says what it had.
   export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-$(nproc)}
-  set +e
-  (cd /tmp && $PY -m pytest -q -p no:cacheprovider -rfs "$OLDPWD/tests/test_compile_gpu.py") \
-    >"$OUT_DIR/pytest-compile.log" 2>&1
-  echo "compile pytest exit code $?"
-  set -e
-  tail -3 "$OUT_DIR/pytest-compile.log"
-  probe compile ${FP8EXT_COMPILE_ARGS:-}
+  tests_then_probe compile tests/test_compile_gpu.py ${FP8EXT_COMPILE_ARGS:-}
   grep -E "^[0-9]+x|geomean|worst|below|model section" "$OUT_DIR/compile.log" | tail -40
+fi
+
+if [[ $STAGES == *,grouped,* ]]; then
+  # fp8ext.scaled_grouped_mm: its GPU tests, then the grouped suite (FP8EXT_GROUPED_ARGS, e.g. "--tokens 1,128").
+  tests_then_probe grouped tests/test_grouped_gpu.py ${FP8EXT_GROUPED_ARGS:-}
+  sed -n '/grouped summary/,$p' "$OUT_DIR/grouped.log"
 fi
 
 for name in quantize linear; do

@@ -1,7 +1,7 @@
 // Every op's schema, and the Python module that loads them. The backends register themselves beside their code:
 //
 //   scaled_mm            CPU: reference/scaled_mm_cpu.cpp; CUDA: scaled_mm_cuda.cpp (the routing)
-//   scaled_grouped_mm    CPU: reference/scaled_grouped_mm_cpu.cpp; no CUDA backend yet (python/fp8ext/grouped.py)
+//   scaled_grouped_mm    CPU: reference/scaled_grouped_mm_cpu.cpp; CUDA: scaled_grouped_mm_cuda.cpp
 //   linear               CUDA: linear_cuda.cpp; its CPU backend is the two ops in turn (python/fp8ext/ops.py)
 //   quantize_rowwise     CPU: quantize/quantize_rowwise_op.cpp; CUDA: quantize/quantize_rowwise_cuda.cpp
 //   quantize_blockwise   (1 x 128 groups) likewise, quantize/quantize_blockwise_op.cpp and _cuda.cpp
@@ -71,6 +71,7 @@ STABLE_TORCH_LIBRARY(fp8ext, m) {
   m.def("_autotune_configure(bool enabled, str cache_file, str[] buckets, str[] kernels) -> ()");
   m.def("_autotune_entries() -> str[]");
   m.def("_blockwise_kernel_names() -> str[]");
+  m.def("_grouped_kernel_names() -> str[]");
   m.def("_selected_blockwise_kernel(int M, int N, int K, ScalarType out_dtype, int sm_count, bool capturing=False, "
         "float[] fits=[], float[] residuals=[], bool torch_ok=True, float kernel_advantage=-1.0, "
         "int backstop_above_m=-1) -> str");

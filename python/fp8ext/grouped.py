@@ -36,10 +36,14 @@ def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, s
     2d x 2d layout. ``bias [G, N]`` in ``out_dtype`` (bfloat16 by default, float16 or float32). Operands are
     ``torch.float8_e4m3fn``; at most 1023 groups.
 
-    Every check that metadata decides runs before anything is allocated; the values of ``offs`` (non-decreasing,
-    within a's rows or K_total) are checked where the backend reads them on the host (CPU). This version computes
-    on CPU tensors only (the float32 reference, the bound of docs/accuracy.md); on CUDA tensors it raises
-    NotImplementedError.
+    Every check that metadata decides runs before anything is allocated. The values of ``offs`` (non-decreasing,
+    within a's rows or K_total) are checked where they are read on the host (the CPU backend); on CUDA they stay on
+    the device, nothing waits for the GPU and a call can be captured in a CUDA graph, so they are the caller's to
+    get right (out-of-range values are clamped: no memory outside the tensors is touched, the result is wrong).
+
+    On an H100/H200 (sm_90a), row-wise scales with bfloat16 output run fp8ext's grouped CUTLASS kernels; block-wise
+    scales and float16/float32 output raise RuntimeError on CUDA in this version. On CPU, every form runs the
+    float32 reference, group by group equal to ``scaled_mm``.
     """
     return torch.ops.fp8ext.scaled_grouped_mm(a, b, scale_a, scale_b, offs, bias, out_dtype, use_fast_accum)
 
@@ -59,15 +63,6 @@ def _scaled_grouped_mm_fake(a, b, scale_a, scale_b, offs=None, bias=None, out_dt
     meta = _operands_meta(GROUPED_TENSORS, (a, b, scale_a, scale_b, offs, bias), moved)
     _run_check(torch.ops.fp8ext._check_scaled_grouped_mm_meta, *meta, out_dtype, moved=moved)
     return a.new_empty(_output_shape(a, b, offs), dtype=torch.bfloat16 if out_dtype is None else out_dtype)
-
-
-@torch.library.impl("fp8ext::scaled_grouped_mm", "CUDA")
-def _scaled_grouped_mm_cuda(a, b, scale_a, scale_b, offs=None, bias=None, out_dtype=None, use_fast_accum=False):
-    # Checked first, so that a call that would be refused anyway says why.
-    _scaled_grouped_mm_fake(a, b, scale_a, scale_b, offs, bias, out_dtype, use_fast_accum)
-    raise NotImplementedError("fp8ext.scaled_grouped_mm: this version has no CUDA kernels for it; it computes on CPU "
-                              "tensors (the reference). torch._scaled_grouped_mm serves row-wise scales with "
-                              "bfloat16 output on sm_90.")
 
 
 _register_autograd_guard("scaled_grouped_mm", GROUPED_TENSORS, 4)

@@ -1,0 +1,129 @@
+// The CUDA backend of fp8ext::scaled_grouped_mm: validation, device guard and stream, the grouped kernel for the
+// call and its launch (sm90/grouped/grouped_gemm.cuh). Nothing here reads offs: the kernel's prologue turns it into
+// each group's problem on the device, so a call never waits for the GPU and can be captured in a CUDA graph. Its
+// values are the caller's to get right here (non-decreasing, within a's rows or K_total, multiples of 16 along
+// K); values outside that range are clamped, so no memory outside the tensors is touched. Also registers
+// _grouped_kernel_names (the grouped kernels of this build).
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/library.h>
+
+#include "ops/cuda_device.h"
+#include "ops/grouped_mm.h"
+#include "ops/sm90_launch.h"
+#include "ops/testing_hooks.h"
+#include "ops/torch_calls.h"
+#include "sm90/grouped/grouped_params.h"
+
+namespace fp8ext {
+namespace {
+
+namespace st = torch::stable;
+
+sm90::GroupedForm to_form(GroupedLayout l) {
+  switch (l) {
+    case GroupedLayout::k2d3d: return sm90::GroupedForm::k2d3d;
+    case GroupedLayout::k3d3d: return sm90::GroupedForm::k3d3d;
+    default: return sm90::GroupedForm::k2d2d;
+  }
+}
+
+// The kernel for a call, from what the host knows: groups that average 48 rows or fewer (MoE decode: a few tokens
+// per expert) on swapped 64 x 32 tiles, where a group's tokens fill the MMA's narrow N side; larger groups on the
+// 128 x 128 cooperative tile.
+const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool use_fast_accum) {
+  const int64_t rows_per_group = p.layout == GroupedLayout::k2d3d ? p.M / p.groups : p.M;
+  const std::string name = str(rows_per_group <= 48 ? "grp_swap_pp_64x32x128_c1x1_" : "grp_coop_128x128x128_c1x1_",
+                               use_fast_accum ? "fast" : "precise", "_bf16");
+  const sm90::GroupedKernelEntry* kernel = sm90::GroupedRegistry::find(name);
+  FP8EXT_CHECK(kernel != nullptr, "fp8ext.scaled_grouped_mm: this build has no grouped kernel '", name,
+               "' (built with FP8EXT_KERNELS naming a subset)");
+  return *kernel;
+}
+
+// The leading dimension of a's rows or b's columns; any value where there is a single one.
+int64_t leading(const Tensor& t, int64_t dim, int64_t fallback) { return t.size(dim) <= 1 ? fallback : t.stride(dim); }
+
+sm90::GroupedParams grouped_params(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                                   const std::optional<Tensor>& offs, const std::optional<Tensor>& bias,
+                                   const GroupedMmProblem& problem, const Tensor& out, int sm_count,
+                                   cudaStream_t stream) {
+  sm90::GroupedParams p;
+  p.form = to_form(problem.layout);
+  p.groups = problem.groups;
+  p.M = problem.M;
+  p.N = problem.N;
+  p.K = problem.K;
+  p.a = a.const_data_ptr();
+  p.lda = leading(a, a.dim() - 2, problem.K);
+  p.a_group_stride = a.dim() == 3 ? a.stride(0) : 0;
+  p.b = b.const_data_ptr();
+  p.ldb = leading(b, b.dim() - 1, problem.K);
+  p.b_group_stride = b.dim() == 3 ? b.stride(0) : 0;
+  p.offs = offs.has_value() ? static_cast<const int32_t*>(offs->const_data_ptr()) : nullptr;
+  p.out = out.data_ptr();
+  p.scale_a = static_cast<const float*>(scale_a.const_data_ptr());
+  p.scale_b = static_cast<const float*>(scale_b.const_data_ptr());
+  switch (problem.layout) {
+    case GroupedLayout::k2d3d:
+      p.scale_b_group_stride = scale_b.stride(0);
+      break;
+    case GroupedLayout::k3d3d:
+      p.scale_a_group_stride = scale_a.stride(0);
+      p.scale_b_group_stride = scale_b.stride(0);
+      break;
+    case GroupedLayout::k2d2d:  // [G * M] and [G * N], contiguous
+      p.scale_a_group_stride = problem.M;
+      p.scale_b_group_stride = problem.N;
+      break;
+  }
+  p.bias = bias.has_value() ? bias->const_data_ptr() : nullptr;
+  p.device_id = a.get_device_index();
+  p.sm_count = sm_count;
+  p.stream = stream;
+  return p;
+}
+
+Tensor scaled_grouped_mm_cuda(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, std::optional<Tensor> offs,
+                              std::optional<Tensor> bias, std::optional<ScalarType> out_dtype, bool use_fast_accum) {
+  const GroupedMmProblem problem = check_scaled_grouped_mm_args(a, b, scale_a, scale_b, offs, bias, out_dtype);
+  const int device = a.get_device_index();
+  const st::accelerator::DeviceGuard guard(device);
+  const cudaDeviceProp& props = device_properties(device);
+  FP8EXT_CHECK(routing_cc(props) == 90, "fp8ext.scaled_grouped_mm: its CUDA kernels need compute capability 9.0 "
+               "(sm_90a); this GPU (", props.name, ") has another");
+  FP8EXT_CHECK(!problem.blockwise, "fp8ext.scaled_grouped_mm: scale_a, scale_b: block-wise scales have no CUDA "
+               "kernel in this version (the CPU backend computes them)");
+  FP8EXT_CHECK(problem.out_dtype == ScalarType::BFloat16, "fp8ext.scaled_grouped_mm: out_dtype: the CUDA kernels "
+               "write torch.bfloat16 in this version, got ", dtype_name(problem.out_dtype),
+               " (the CPU backend computes every output type)");
+  Tensor out = new_grouped_output(a, problem);
+  if (problem.M == 0 || problem.N == 0) return out;
+  const sm90::GroupedKernelEntry& kernel = grouped_kernel(problem, use_fast_accum);
+  const cudaStream_t stream = current_cuda_stream(device);
+  const sm90::GroupedParams p =
+      grouped_params(a, b, scale_a, scale_b, offs, bias, problem, out, props.multiProcessorCount, stream);
+  const sm90::LaunchResult r = launch(kernel, p, a);  // the tables and CUTLASS's workspace from the caching allocator
+  FP8EXT_CHECK(r.ok, "fp8ext.scaled_grouped_mm: CUTLASS kernel '", kernel.name, "' failed at ", r.stage, ": ",
+               r.detail, " (G=", problem.groups, ", M=", problem.M, ", N=", problem.N, ", K=", problem.K, ")");
+  return out;
+}
+
+std::vector<std::string> grouped_kernel_names() {
+  std::vector<std::string> names;
+  for (const auto& k : sm90::GroupedRegistry::all()) names.emplace_back(k.name);
+  return names;
+}
+
+}  // namespace
+
+STABLE_TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) { m.impl("scaled_grouped_mm", TORCH_BOX(&scaled_grouped_mm_cuda)); }
+
+STABLE_TORCH_LIBRARY_IMPL(fp8ext, CompositeExplicitAutograd, m) {
+  m.impl("_grouped_kernel_names", TORCH_BOX(&grouped_kernel_names));
+}
+
+}  // namespace fp8ext

@@ -1,0 +1,59 @@
+// The plain-C++ interface between the grouped op's CUDA entry (ops/scaled_grouped_mm_cuda.cpp) and the grouped
+// CUTLASS kernels (grouped_gemm.cuh), in the user's frame (the contract: ops/grouped_checks.h):
+//
+//   out_g[i, j] = scale_a_g[i] * scale_b_g[j] * sum_k a_g[i, k] * b_g[k, j]  (+ bias[g, j])
+//
+// Where each group's rows, depth, operands and scales start is known only on the device (offs), so a prologue
+// kernel writes the per-group tables that CUTLASS's grouped scheduler reads, from these base pointers and strides.
+// Plain C++: no CUTLASS, no libtorch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "sm90/common/gemm_params.h"
+#include "sm90/common/kernel_config.h"
+#include "sm90/common/name_registry.h"
+
+namespace fp8ext::sm90 {
+
+enum class GroupedForm {
+  k2d3d,  // a [T, K] with b [G, K, N]; offs: the groups' end rows; out [T, N]
+  k3d3d,  // a [G, M, K] with b [G, K, N]; out [G, M, N]
+  k2d2d,  // a [M, K_total] with b [K_total, N]; offs: the groups' end columns of K; out [G, M, N]
+};
+
+struct GroupedParams {
+  GroupedForm form = GroupedForm::k2d3d;
+  int64_t groups = 0;
+  int64_t M = 0;  // a's rows: T (2d x 3d) or one group's M
+  int64_t N = 0;
+  int64_t K = 0;  // one group's K, or K_total (2d x 2d)
+
+  const void* a = nullptr;  // fp8 e4m3, a(i, k) at a + g * a_group_stride + i * lda + k (2d: a_group_stride 0)
+  int64_t lda = 0, a_group_stride = 0;
+  const void* b = nullptr;  // fp8 e4m3, b(k, j) at b + g * b_group_stride + j * ldb + k
+  int64_t ldb = 0, b_group_stride = 0;
+  const int32_t* offs = nullptr;  // G end offsets on the device (2d x 3d, 2d x 2d), else nullptr
+  void* out = nullptr;            // contiguous, element type = the kernel's OutType
+
+  const float* scale_a = nullptr;  // row-wise: scale_a(g, i) at scale_a + g * scale_a_group_stride + i; in 2d x 3d
+  int64_t scale_a_group_stride = 0;  //   the row index is global (scale_a + r) and the group stride is unused
+  const float* scale_b = nullptr;    // row-wise: scale_b(g, j) at scale_b + g * scale_b_group_stride + j
+  int64_t scale_b_group_stride = 0;
+  const void* bias = nullptr;  // [G, N] of the output type, contiguous, or nullptr
+
+  void* workspace = nullptr;  // at least grouped_workspace_size(params) bytes
+  size_t workspace_bytes = 0;
+  int device_id = 0;
+  int sm_count = 0;
+  cudaStream_t stream = nullptr;
+};
+
+using GroupedKernelEntry = RegistryEntry<KernelTraits, GroupedParams>;
+using GroupedRegistry = NameRegistry<GroupedKernelEntry>;
+inline bool register_grouped_kernel(const GroupedKernelEntry& e) { return GroupedRegistry::add(e); }
+
+}  // namespace fp8ext::sm90

@@ -1,0 +1,129 @@
+"""grouped: fp8ext.scaled_grouped_mm on MoE expert layers, against torch._scaled_grouped_mm and a loop over experts.
+
+Rows: the expert projections of DeepSeek-V3 (G = 32 experts per GPU and 256; N x K = 4096 x 7168 gate-up,
+7168 x 2048 down; top-8), Qwen3-30B-A3B (G = 128; 1536 x 2048, 2048 x 768; top-8), Qwen3-235B-A22B (G = 128;
+3072 x 4096, 4096 x 1536; top-8) and Mixtral-8x22B (G = 8; 32768 x 6144, 6144 x 16384; top-2), at 1 to 8192
+tokens, routed uniformly, by a Zipf law (s = 1.2) or all to one expert; the routed rows (tokens x top-k) are
+grouped by expert, 2d x 3d with offs, row-wise scales, bf16 output, fast and precise accumulation. Operands are
+fresh random FP8 values and scales, the weights `w.transpose(-2, -1)` of [G, N, K] experts.
+
+Peers, on the same tensors: torch._scaled_grouped_mm (row-wise, CUTLASS), and a loop of fp8ext.scaled_mm over the
+experts that received rows (the host knows the group sizes there; its launches are queued while the GPU is held,
+as for every peer). Times: the Timer (L2 flushed before each call, host held out, medians of interleaved turns);
+`tflops` counts 2 x rows x N x K.
+"""
+from __future__ import annotations
+
+import torch
+
+from ... import scaled_grouped_mm, scaled_mm
+from ..common import E4M3, geomean, ratio, timed_or_failed
+from ..registry import register_suite
+from ..timing import TIMER_METHOD, Timer
+
+MODELS = {  # name: (expert counts, top-k, (N, K) of each projection)
+    "deepseek-v3": ((32, 256), 8, ((4096, 7168), (7168, 2048))),
+    "qwen3-30b-a3b": ((128,), 8, ((1536, 2048), (2048, 768))),
+    "qwen3-235b-a22b": ((128,), 8, ((3072, 4096), (4096, 1536))),
+    "mixtral-8x22b": ((8,), 2, ((32768, 6144), (6144, 16384))),
+}
+TOKENS = (1, 16, 128, 1024, 8192)
+ROUTINGS = ("uniform", "zipf", "one")
+
+
+def group_sizes(tokens: int, topk: int, G: int, routing: str, seed: int = 0) -> list[int]:
+    """Rows per expert when `tokens` tokens each pick `topk` distinct experts: uniformly, by a Zipf law over a random
+    order of the experts, or (one) every row to expert 0 (top-k then counts the same token k times)."""
+    if routing == "one":
+        return [tokens * topk] + [0] * (G - 1)
+    gen = torch.Generator().manual_seed(seed)
+    weights = torch.ones(G) if routing == "uniform" else 1.0 / torch.arange(1, G + 1).double() ** 1.2
+    weights = weights[torch.randperm(G, generator=gen)]
+    picks = torch.multinomial(weights.expand(tokens, G), min(topk, G), replacement=False, generator=gen)
+    return torch.bincount(picks.flatten(), minlength=G).tolist()
+
+
+def operands(sizes: list[int], N: int, K: int, w: torch.Tensor, sb: torch.Tensor):
+    rows = sum(sizes)
+    a = (torch.randn(rows, K, device="cuda") * 2).to(E4M3)
+    sa = torch.exp2(-9 + 4 * torch.rand(rows, device="cuda"))
+    offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+    return a, w.transpose(-2, -1), sa, sb, offs
+
+
+def loop(a, b, sa, sb, sizes, fast):
+    start, outs = 0, []
+    for g, n in enumerate(sizes):
+        if n:
+            outs.append(scaled_mm(a[start:start + n], b[g], sa[start:start + n].view(-1, 1), sb[g].view(1, -1),
+                                  out_dtype=torch.bfloat16, use_fast_accum=fast))
+        start += n
+    return outs
+
+
+def row(timer: Timer, rounds: int, model: str, G: int, topk: int, N: int, K: int, tokens: int, routing: str,
+        accum: str, w, sb) -> dict:
+    sizes = group_sizes(tokens, topk, G, routing)
+    a, b, sa, sb_, offs = operands(sizes, N, K, w, sb)
+    fast = accum == "fast"
+    fns = {"fp8ext": lambda: scaled_grouped_mm(a, b, sa, sb_, offs, use_fast_accum=fast),
+           "torch": lambda: torch._scaled_grouped_mm(a, b, sa, sb_, offs=offs, out_dtype=torch.bfloat16,
+                                                     use_fast_accum=fast),
+           "loop": lambda: loop(a, b, sa, sb_, sizes, fast)}
+    t = timed_or_failed(timer, fns, rounds)
+    rows = sum(sizes)
+    us = t.get("fp8ext")
+    return {"model": model, "G": G, "tokens": tokens, "topk": topk, "N": N, "K": K, "routing": routing,
+            "accum": accum, "scaling": "rowwise", "rows": rows, "largest_group": max(sizes),
+            "fp8ext_us": us, "torch_grouped_us": t.get("torch"), "loop_us": t.get("loop"),
+            "tflops": 2.0 * rows * N * K / (us * 1e-6) / 1e12 if isinstance(us, float) else None,
+            "vs_torch": ratio(t.get("torch"), us), "vs_loop": ratio(t.get("loop"), us)}
+
+
+def summarize(rows: list[dict]) -> dict:
+    out = {"rows": len(rows)}
+    for accum in ("fast", "precise"):
+        ratios = [r["vs_torch"] for r in rows if r["accum"] == accum and r["vs_torch"]]
+        loops = [r["vs_loop"] for r in rows if r["accum"] == accum and r["vs_loop"]]
+        out[f"geomean vs torch._scaled_grouped_mm, {accum}"] = geomean(ratios) if ratios else None
+        out[f"geomean vs the loop of scaled_mm, {accum}"] = geomean(loops) if loops else None
+    timed = [r for r in rows if r["vs_torch"]]
+    if timed:
+        worst = min(timed, key=lambda r: r["vs_torch"])
+        out["worst row vs torch"] = (f"{worst['model']} G={worst['G']} {worst['tokens']} tokens {worst['routing']} "
+                                     f"{worst['N']}x{worst['K']} {worst['accum']}: {worst['vs_torch']:.3f}")
+        out["rows below 0.95 vs torch"] = sum(r["vs_torch"] < 0.95 for r in timed)
+    return out
+
+
+@register_suite("grouped", help="fp8ext.scaled_grouped_mm on MoE expert layers vs torch._scaled_grouped_mm and a "
+                                "loop over experts", defaults={"rep_ms": 60},
+                options={"--models": dict(default=",".join(MODELS), help="grouped suite: the models, comma-separated"),
+                         "--tokens": dict(default=",".join(map(str, TOKENS)),
+                                          help="grouped suite: token counts (before top-k), comma-separated"),
+                         "--routings": dict(default=",".join(ROUTINGS), help="grouped suite: uniform, zipf, one")})
+def grouped_suite(args) -> dict:
+    timer = Timer(rep_ms=args.rep_ms)
+    accums = [x.strip() for x in args.accum.split(",")]
+    tokens = [int(x) for x in args.tokens.split(",")]
+    routings = [x.strip() for x in args.routings.split(",")]
+    rows = []
+    for model in (m.strip() for m in args.models.split(",")):
+        counts, topk, projections = MODELS[model]
+        for G in counts:
+            for N, K in projections:
+                w = (torch.randn(G, N, K, device="cuda") * 2).to(E4M3)  # one expert set per shape, freshly drawn
+                sb = torch.exp2(-9 + 4 * torch.rand(G, N, device="cuda"))
+                for n in tokens:
+                    for routing in routings:
+                        for accum in accums:
+                            got = row(timer, args.rounds, model, G, topk, N, K, n, routing, accum, w, sb)
+                            rows.append(got)
+                            if not args.quiet:
+                                print(f"{model} G={G} {N}x{K} {n} tokens {routing} {accum}: fp8ext "
+                                      f"{got['fp8ext_us']} us, torch {got['torch_grouped_us']} us, loop "
+                                      f"{got['loop_us']} us", flush=True)
+                del w, sb
+                torch.cuda.empty_cache()
+    return {"method": __doc__.split("\n\n")[1].replace("\n", " ") + " " + TIMER_METHOD, "summary": summarize(rows),
+            "rows": rows}

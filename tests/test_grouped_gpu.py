@@ -1,0 +1,147 @@
+"""fp8ext.scaled_grouped_mm on the GPU (sm_90a, row-wise scales, bf16 output): every layout through both grouped
+kernels against float64 group by group, and bit exact on small integers; empty, 1-row and unaligned groups, rows
+past the last offset, empty K slices; no host synchronisation, CUDA graphs replayed with new offsets, opcheck and
+torch.compile; torch._scaled_grouped_mm on the same tensors; each error with its CPU message."""
+import pytest
+import torch
+
+import fp8ext
+from fp8ext.testing import assert_opcheck, check_against_reference
+from grouped_cases import batched_call, ends, groups, moe_call, on, weight_grad_call
+from grouped_validation_cases import CASES as ERROR_CASES
+
+DEV = "cuda"
+pytestmark = pytest.mark.gpu
+
+# Groups of a few rows (the swapped 64 x 32 kernel) and of a hundred and more (the 128 x 128 cooperative one), each
+# with empty, 1-row and unaligned groups.
+GPU_CASES = {
+    "2d3d decode-sized groups": lambda: moe_call([5, 0, 1, 37, 16, 3, 0, 9], 256, 512, bias=True),
+    "2d3d large groups": lambda: moe_call([300, 0, 1, 129, 77, 255], 512, 256, extra_rows=7),
+    "2d3d one group": lambda: moe_call([1000], 384, 1024),
+    "3d3d small M": lambda: batched_call(4, 17, 256, 256, bias=True),
+    "3d3d large M": lambda: batched_call(3, 200, 128, 384),
+    "2d2d small M, an empty K slice": lambda: weight_grad_call(24, 128, [32, 0, 96, 16], bias=True),
+    "2d2d large M": lambda: weight_grad_call(256, 256, [128, 512, 0, 64]),
+}
+
+
+def kernel_names():
+    return set(torch.ops.fp8ext._grouped_kernel_names())
+
+
+def test_the_build_has_both_grouped_kernels_in_both_accumulations():
+    assert kernel_names() == {f"grp_{k}_{a}_bf16" for k in ("swap_pp_64x32x128_c1x1", "coop_128x128x128_c1x1")
+                              for a in ("fast", "precise")}
+
+
+@pytest.mark.parametrize("case", list(GPU_CASES))
+@pytest.mark.parametrize("use_fast_accum", [False, True])
+def test_every_group_against_float64(case, use_fast_accum):
+    args, kw = on(DEV, GPU_CASES[case]())
+    out = fp8ext.scaled_grouped_mm(*args, **kw, use_fast_accum=use_fast_accum)
+    assert out.dtype == torch.bfloat16 and out.is_contiguous() and out.device.type == "cuda"
+    for g, (part, (a, b, sa, sb, bias)) in enumerate(groups(args, kw)):
+        if a.numel() and b.numel():
+            check_against_reference(part(out), a, b, sa, sb, bias, use_fast_accum=use_fast_accum,
+                                    what=f"{case}: group {g}")
+        elif part(out).numel():  # an empty K slice: its bias, or zeros
+            want = torch.zeros_like(part(out)) if bias is None else bias.expand_as(part(out))
+            assert torch.equal(part(out), want), f"{case}: group {g}"
+    if "extra_rows" in case or case == "2d3d large groups":
+        end = int(kw["offs"][-1])
+        assert torch.equal(out[end:], torch.zeros_like(out[end:]))
+
+
+@pytest.mark.parametrize("sizes", [[7, 0, 1, 40], [130, 3, 0, 257]])
+@pytest.mark.parametrize("use_fast_accum", [False, True])
+def test_bit_exact_on_small_integers(sizes, use_fast_accum):
+    """Operands in {-1, 0, 1}, scales powers of two, K = 64: every sum is exact in either accumulator and in bf16."""
+    gen = torch.Generator().manual_seed(5)
+    G, T, N, K = len(sizes), sum(sizes), 128, 64
+    a = torch.randint(-1, 2, (T, K), generator=gen).float().to(torch.float8_e4m3fn)
+    w = torch.randint(-1, 2, (G, N, K), generator=gen).float().to(torch.float8_e4m3fn)
+    sa = torch.exp2(torch.randint(-3, 3, (T,), generator=gen).float())
+    sb = torch.exp2(torch.randint(-3, 3, (G, N), generator=gen).float())
+    offs = ends(sizes)
+    want = torch.zeros(T, N, dtype=torch.float64)
+    start = 0
+    for g, end in enumerate(offs.tolist()):
+        want[start:end] = (a[start:end].double() @ w[g].double().t()) * sa[start:end, None].double() * sb[g].double()
+        start = end
+    args, kw = on(DEV, ((a, w.transpose(-2, -1), sa, sb), {"offs": offs}))
+    out = fp8ext.scaled_grouped_mm(*args, **kw, use_fast_accum=use_fast_accum)
+    assert torch.equal(out.cpu(), want.to(torch.bfloat16))
+
+
+def test_a_call_never_waits_for_the_gpu():
+    args, kw = on(DEV, GPU_CASES["2d3d decode-sized groups"]())
+    fp8ext.scaled_grouped_mm(*args, **kw)  # first call: library loading, allocator warm-up
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        fp8ext.scaled_grouped_mm(*args, **kw)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def test_a_cuda_graph_replays_with_new_offsets():
+    """The group sizes are read on the device: a captured call recomputes for whatever offs holds at replay."""
+    args, kw = on(DEV, moe_call([10, 20, 30, 40], 256, 256))
+    offs = kw["offs"]
+    fp8ext.scaled_grouped_mm(*args, **kw)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = fp8ext.scaled_grouped_mm(*args, **kw)
+    for sizes in ([10, 20, 30, 40], [0, 100, 0, 0], [1, 2, 3, 4], [25, 25, 25, 25]):
+        offs.copy_(ends(sizes).to(DEV))
+        graph.replay()
+        assert torch.equal(captured, fp8ext.scaled_grouped_mm(*args, **kw)), sizes
+
+
+@pytest.mark.parametrize("case", ["2d3d decode-sized groups", "3d3d large M", "2d2d small M, an empty K slice"])
+def test_opcheck(case):
+    args, kw = on(DEV, GPU_CASES[case]())
+    assert_opcheck(torch.ops.fp8ext.scaled_grouped_mm.default,
+                   (*args, kw.get("offs"), kw.get("bias"), kw["out_dtype"], False))
+
+
+def test_a_compiled_call_runs_the_same_kernel():
+    args, kw = on(DEV, GPU_CASES["2d3d large groups"]())
+    torch._dynamo.reset()
+    compiled = torch.compile(fp8ext.scaled_grouped_mm, fullgraph=True)
+    assert torch.equal(compiled(*args, **kw), fp8ext.scaled_grouped_mm(*args, **kw))
+
+
+@pytest.mark.parametrize("case", ["2d3d decode-sized groups", "2d3d large groups"])
+def test_torch_scaled_grouped_mm_takes_the_same_tensors(case):
+    """A drop-in: torch's row-wise grouped GEMM on the same tensors is within the same bound, group by group."""
+    args, kw = on(DEV, GPU_CASES[case]())
+    theirs = torch._scaled_grouped_mm(*args, offs=kw["offs"], out_dtype=torch.bfloat16, use_fast_accum=True)
+    ours = fp8ext.scaled_grouped_mm(*args, offs=kw["offs"], use_fast_accum=True)
+    for g, (part, (a, b, sa, sb, _)) in enumerate(groups(args, {"offs": kw["offs"]})):
+        if a.numel():
+            check_against_reference(part(theirs), a, b, sa, sb, use_fast_accum=True, what=f"torch: group {g}")
+            check_against_reference(part(ours), a, b, sa, sb, use_fast_accum=True, what=f"fp8ext: group {g}")
+
+
+@pytest.mark.parametrize("case", ERROR_CASES, ids=lambda c: c.id)
+def test_each_bad_call_gets_its_cpu_message(case):
+    args, kwargs = case.build(DEV)
+    torch.cuda.synchronize()
+    with pytest.raises(RuntimeError) as info:
+        fp8ext.scaled_grouped_mm(*args, **kwargs)
+    assert str(info.value).splitlines()[0] == case.message
+
+
+@pytest.mark.parametrize("what, call, message", [
+    ("block-wise", lambda: moe_call([4, 9], 128, 256, blockwise=True),
+     "fp8ext.scaled_grouped_mm: scale_a, scale_b: block-wise scales have no CUDA kernel in this version"),
+    ("fp16 out", lambda: moe_call([4, 9], 128, 256, out_dtype=torch.float16),
+     "fp8ext.scaled_grouped_mm: out_dtype: the CUDA kernels write torch.bfloat16 in this version"),
+])
+def test_what_the_cuda_kernels_do_not_compute_is_refused(what, call, message):
+    args, kw = on(DEV, call())
+    with pytest.raises(RuntimeError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
+        fp8ext.scaled_grouped_mm(*args, **kw)
