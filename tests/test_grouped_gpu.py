@@ -1,7 +1,7 @@
-"""fp8ext.scaled_grouped_mm on the GPU (sm_90a, row-wise scales, bf16 output): every layout through both grouped
-kernels against float64 group by group, and bit exact on small integers; empty, 1-row and unaligned groups, rows
-past the last offset, empty K slices; no host synchronisation, CUDA graphs replayed with new offsets, opcheck and
-torch.compile; torch._scaled_grouped_mm on the same tensors; each error with its CPU message."""
+"""fp8ext.scaled_grouped_mm on the GPU (sm_90a, bf16 output): every layout through every grouped kernel (row-wise
+and block-wise scales) against float64 group by group, and bit exact on small integers; empty, 1-row and unaligned
+groups, rows past the last offset, empty K slices; no host synchronisation, CUDA graphs replayed with new offsets,
+opcheck and torch.compile; torch._scaled_grouped_mm on the same tensors; each error with its CPU message."""
 import pytest
 import torch
 
@@ -23,6 +23,10 @@ GPU_CASES = {
     "3d3d large M": lambda: batched_call(3, 200, 128, 384),
     "2d2d small M, an empty K slice": lambda: weight_grad_call(24, 128, [32, 0, 96, 16], bias=True),
     "2d2d large M": lambda: weight_grad_call(256, 256, [128, 512, 0, 64]),
+    "2d3d block-wise, decode-sized groups": lambda: moe_call([5, 0, 1, 37, 16, 3], 384, 512, blockwise=True,
+                                                             bias=True),
+    "2d3d block-wise, large groups": lambda: moe_call([300, 0, 1, 129, 77], 272, 640, blockwise=True, extra_rows=3),
+    "3d3d block-wise": lambda: batched_call(3, 65, 256, 384, blockwise=True),
 }
 
 
@@ -30,9 +34,10 @@ def kernel_names():
     return set(torch.ops.fp8ext._grouped_kernel_names())
 
 
-def test_the_build_has_both_grouped_kernels_in_both_accumulations():
+def test_the_build_has_every_grouped_kernel():
     assert kernel_names() == {f"grp_{k}_{a}_bf16" for k in ("swap_pp_64x32x128_c1x1", "coop_128x128x128_c1x1")
-                              for a in ("fast", "precise")}
+                              for a in ("fast", "precise")} | {"grp_bw_swap_coop_128x32x128_c1x1_bf16",
+                                                               "grp_bw_coop_128x128x128_c1x1_bf16"}
 
 
 @pytest.mark.parametrize("case", list(GPU_CASES))
@@ -48,9 +53,9 @@ def test_every_group_against_float64(case, use_fast_accum):
         elif part(out).numel():  # an empty K slice: its bias, or zeros
             want = torch.zeros_like(part(out)) if bias is None else bias.expand_as(part(out))
             assert torch.equal(part(out), want), f"{case}: group {g}"
-    if "extra_rows" in case or case == "2d3d large groups":
+    if "large groups" in case:  # rows past the last offset
         end = int(kw["offs"][-1])
-        assert torch.equal(out[end:], torch.zeros_like(out[end:]))
+        assert end < out.shape[0] and torch.equal(out[end:], torch.zeros_like(out[end:]))
 
 
 @pytest.mark.parametrize("sizes", [[7, 0, 1, 40], [130, 3, 0, 257]])
@@ -100,7 +105,8 @@ def test_a_cuda_graph_replays_with_new_offsets():
         assert torch.equal(captured, fp8ext.scaled_grouped_mm(*args, **kw)), sizes
 
 
-@pytest.mark.parametrize("case", ["2d3d decode-sized groups", "3d3d large M", "2d2d small M, an empty K slice"])
+@pytest.mark.parametrize("case", ["2d3d decode-sized groups", "3d3d large M", "2d2d small M, an empty K slice",
+                                  "2d3d block-wise, decode-sized groups"])
 def test_opcheck(case):
     args, kw = on(DEV, GPU_CASES[case]())
     assert_opcheck(torch.ops.fp8ext.scaled_grouped_mm.default,
@@ -135,13 +141,9 @@ def test_each_bad_call_gets_its_cpu_message(case):
     assert str(info.value).splitlines()[0] == case.message
 
 
-@pytest.mark.parametrize("what, call, message", [
-    ("block-wise", lambda: moe_call([4, 9], 128, 256, blockwise=True),
-     "fp8ext.scaled_grouped_mm: scale_a, scale_b: block-wise scales have no CUDA kernel in this version"),
-    ("fp16 out", lambda: moe_call([4, 9], 128, 256, out_dtype=torch.float16),
-     "fp8ext.scaled_grouped_mm: out_dtype: the CUDA kernels write torch.bfloat16 in this version"),
-])
-def test_what_the_cuda_kernels_do_not_compute_is_refused(what, call, message):
-    args, kw = on(DEV, call())
-    with pytest.raises(RuntimeError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
+@pytest.mark.parametrize("blockwise", [False, True])
+def test_an_output_the_cuda_kernels_do_not_write_is_refused(blockwise):
+    args, kw = on(DEV, moe_call([4, 9], 128, 256, blockwise=blockwise, out_dtype=torch.float16))
+    with pytest.raises(RuntimeError, match="^fp8ext.scaled_grouped_mm: out_dtype: the CUDA kernels write "
+                                           "torch.bfloat16 in this version, got torch.float16"):
         fp8ext.scaled_grouped_mm(*args, **kw)

@@ -32,12 +32,16 @@ sm90::GroupedForm to_form(GroupedLayout l) {
 }
 
 // The kernel for a call, from what the host knows: groups that average 48 rows or fewer (MoE decode: a few tokens
-// per expert) on swapped 64 x 32 tiles, where a group's tokens fill the MMA's narrow N side; larger groups on the
-// 128 x 128 cooperative tile.
+// per expert) on swapped tiles 32 tokens wide, where a group's tokens fill the MMA's narrow N side; larger groups on
+// the 128 x 128 cooperative tile. Block-wise scales are promoted and scaled once per K group whatever
+// use_fast_accum says, as in scaled_mm.
 const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool use_fast_accum) {
   const int64_t rows_per_group = p.layout == GroupedLayout::k2d3d ? p.M / p.groups : p.M;
-  const std::string name = str(rows_per_group <= 48 ? "grp_swap_pp_64x32x128_c1x1_" : "grp_coop_128x128x128_c1x1_",
-                               use_fast_accum ? "fast" : "precise", "_bf16");
+  const bool few = rows_per_group <= 48;
+  const std::string name =
+      p.blockwise ? str(few ? "grp_bw_swap_coop_128x32x128_c1x1" : "grp_bw_coop_128x128x128_c1x1", "_bf16")
+                  : str(few ? "grp_swap_pp_64x32x128_c1x1_" : "grp_coop_128x128x128_c1x1_",
+                        use_fast_accum ? "fast" : "precise", "_bf16");
   const sm90::GroupedKernelEntry* kernel = sm90::GroupedRegistry::find(name);
   FP8EXT_CHECK(kernel != nullptr, "fp8ext.scaled_grouped_mm: this build has no grouped kernel '", name,
                "' (built with FP8EXT_KERNELS naming a subset)");
@@ -67,18 +71,21 @@ sm90::GroupedParams grouped_params(const Tensor& a, const Tensor& b, const Tenso
   p.out = out.data_ptr();
   p.scale_a = static_cast<const float*>(scale_a.const_data_ptr());
   p.scale_b = static_cast<const float*>(scale_b.const_data_ptr());
-  switch (problem.layout) {
-    case GroupedLayout::k2d3d:
-      p.scale_b_group_stride = scale_b.stride(0);
-      break;
-    case GroupedLayout::k3d3d:
-      p.scale_a_group_stride = scale_a.stride(0);
-      p.scale_b_group_stride = scale_b.stride(0);
-      break;
-    case GroupedLayout::k2d2d:  // [G * M] and [G * N], contiguous
-      p.scale_a_group_stride = problem.M;
-      p.scale_b_group_stride = problem.N;
-      break;
+  // Scale strides (grouped_params.h); a size-1 dimension's stride is never used.
+  if (problem.blockwise) {  // scale_a [T, Q] or [G, M, Q]; scale_b [G, Q, H]
+    const int64_t d = scale_a.dim();
+    p.scale_a_group_stride = d == 3 ? scale_a.stride(0) : 0;
+    p.sa_stride_m = scale_a.stride(d - 2);
+    p.sa_stride_q = scale_a.stride(d - 1);
+    p.scale_b_group_stride = scale_b.stride(0);
+    p.sb_stride_q = scale_b.stride(1);
+    p.sb_stride_n = scale_b.stride(2);
+  } else if (problem.layout == GroupedLayout::k2d2d) {  // [G * M] and [G * N], contiguous
+    p.scale_a_group_stride = problem.M;
+    p.scale_b_group_stride = problem.N;
+  } else {  // [T] or [G, M], and [G, N], contiguous in the last dimension
+    p.scale_a_group_stride = scale_a.dim() == 2 ? scale_a.stride(0) : 0;
+    p.scale_b_group_stride = scale_b.stride(0);
   }
   p.bias = bias.has_value() ? bias->const_data_ptr() : nullptr;
   p.device_id = a.get_device_index();
@@ -95,8 +102,6 @@ Tensor scaled_grouped_mm_cuda(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b
   const cudaDeviceProp& props = device_properties(device);
   FP8EXT_CHECK(routing_cc(props) == 90, "fp8ext.scaled_grouped_mm: its CUDA kernels need compute capability 9.0 "
                "(sm_90a); this GPU (", props.name, ") has another");
-  FP8EXT_CHECK(!problem.blockwise, "fp8ext.scaled_grouped_mm: scale_a, scale_b: block-wise scales have no CUDA "
-               "kernel in this version (the CPU backend computes them)");
   FP8EXT_CHECK(problem.out_dtype == ScalarType::BFloat16, "fp8ext.scaled_grouped_mm: out_dtype: the CUDA kernels "
                "write torch.bfloat16 in this version, got ", dtype_name(problem.out_dtype),
                " (the CPU backend computes every output type)");

@@ -27,7 +27,7 @@ fp8ext.testing.blockwise_kernel_out_dtype reads it.
 
     row-wise:      [swap_]<schedule>_<tm>x<tn>x<tk>_c<cm>x<cn>[_pi<n>][_ov]_<accum>_<out>[_a<in>]
     block-scaled:  bw_[swap_]<schedule>_<tm>x<tn>x<tk>_c<cm>x<cn>[_ov]_<out>
-    grouped:       grp_ + a row-wise name (a pointer-array kernel over every group's tiles)
+    grouped:       grp_ + a row-wise or block-scaled name (a pointer-array kernel over every group's tiles)
 
     part              meaning
     bw                block-scaled: scale_a per 1 x 128 group of a row, scale_b per 128 x 128 block; e4m3 operands,
@@ -209,17 +209,31 @@ ROWS = _rows()
 
 @dataclass(frozen=True)
 class GroupedRow(Row):
-    """A grouped kernel: a row-wise config compiled as a pointer-array kernel (grouped/grouped_gemm.cuh)."""
+    """A grouped kernel (grouped/grouped_gemm.cuh): a row-wise config compiled as a pointer-array kernel, or with
+    block-wise scales (then precise by construction, named as a block-scaled kernel)."""
+    blockwise: bool = False
 
     @property
     def name(self) -> str:
+        if self.blockwise:
+            return "_".join(["grp", "bw", *filter(None, _shape_parts(self.swap_ab, self.schedule, self.tile,
+                                                                     self.cluster)), self.out])
         return "grp_" + Row.name.fget(self)
+
+    def config(self) -> str:
+        return (_config_head("GroupedConfig", self.schedule, self.tile, self.cluster) +
+                f"::fp8ext::sm90::Accum::k{self.accum.capitalize()}, "
+                f"::fp8ext::sm90::OutType::k{self.out.upper()}, {'true' if self.swap_ab else 'false'}, "
+                f"{'true' if self.blockwise else 'false'}>")
 
 
 # Grouped (scaled_grouped_mm, bf16 output): many groups of a few tokens (MoE decode) swapped, so a group's tokens
-# are the MMA's narrow N; groups of a hundred tokens and more on the 128 x 128 cooperative tile.
+# are the MMA's narrow N; groups of a hundred tokens and more on the 128 x 128 cooperative tile. Block-wise alike,
+# the swapped tile 128 rows deep so that it holds whole 128-row weight scale blocks.
 GROUPED_ROWS = [GroupedRow(*shape, accum, "bf16", swap_ab=swap) for accum in ("fast", "precise")
-                for *shape, swap in (("pp", (64, 32, 128), (1, 1), True), ("coop", (128, 128, 128), (1, 1), False))]
+                for *shape, swap in (("pp", (64, 32, 128), (1, 1), True), ("coop", (128, 128, 128), (1, 1), False))] + [
+    GroupedRow("coop", tile, (1, 1), "precise", "bf16", swap_ab=swap, blockwise=True)
+    for tile, swap in (((128, 32, 128), True), ((128, 128, 128), False))]
 
 
 @dataclass(frozen=True)
@@ -366,7 +380,8 @@ def manifest() -> str:
     kernels = sorted((traits(k) for k in [*ROWS, *DECODE_KERNELS]), key=lambda t: t["name"])
     blockwise = sorted((blockwise_traits(k) for k in [*BLOCKWISE_ROWS, *BLOCKWISE_DECODE_KERNELS]),
                        key=lambda t: t["name"])
-    grouped = sorted(({**traits(k), "name": k.name, "twin": None} for k in GROUPED_ROWS), key=lambda t: t["name"])
+    grouped = sorted(({**traits(k), "name": k.name, "twin": None, "scaling": "blockwise" if k.blockwise else "rowwise"}
+                      for k in GROUPED_ROWS), key=lambda t: t["name"])
     lines = ",\n  ".join(json.dumps(k) for k in kernels)
     blockwise_lines = ",\n  ".join(json.dumps(k) for k in blockwise)
     grouped_lines = ",\n  ".join(json.dumps(k) for k in grouped)

@@ -41,8 +41,8 @@ def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, s
     the device, nothing waits for the GPU and a call can be captured in a CUDA graph, so they are the caller's to
     get right (out-of-range values are clamped: no memory outside the tensors is touched, the result is wrong).
 
-    On an H100/H200 (sm_90a), row-wise scales with bfloat16 output run fp8ext's grouped CUTLASS kernels; block-wise
-    scales and float16/float32 output raise RuntimeError on CUDA in this version. On CPU, every form runs the
+    On an H100/H200 (sm_90a), row-wise and block-wise scales with bfloat16 output run fp8ext's grouped CUTLASS
+    kernels; float16/float32 output raises RuntimeError on CUDA in this version. On CPU, every form runs the
     float32 reference, group by group equal to ``scaled_mm``.
     """
     return torch.ops.fp8ext.scaled_grouped_mm(a, b, scale_a, scale_b, offs, bias, out_dtype, use_fast_accum)

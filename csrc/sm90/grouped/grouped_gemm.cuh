@@ -1,22 +1,25 @@
-// The grouped kernel template: one KernelConfig -> a prologue kernel that writes the per-group tables, then one
-// CUTLASS 3.x pointer-array GEMM (TMA, warp-specialized, persistent over every group's tiles) with the row-wise
-// epilogue in pointer-array form.
+// The grouped kernel template: one GroupedConfig -> a prologue kernel that writes the per-group tables, then one
+// CUTLASS 3.x pointer-array GEMM (TMA, warp-specialized, persistent over every group's tiles).
 //
 // For group g with rows [r0, r1) of a (2d x 3d), or all M rows (3d x 3d, 2d x 2d), and depth [k0, k1):
 //
-//     out_g[i, j] = round_to_out( fma( scale_a_g[i] * scale_b_g[j], sum_k a_g[i, k] * b_g[k, j], bias[g, j] ) )
+//   row-wise:    out_g[i, j] = round_to_out( fma( scale_a_g[i] * scale_b_g[j], sum_k a_g[i, k] b_g[k, j], bias[g, j] ))
+//                the maths of rowwise_epilogue.cuh (scales multiplied first, one rounding), per group;
+//   block-wise:  out_g[i, j] = round_to_out( acc[i, j] + bias[g, j] ), acc the fp32 sum over K groups q of
+//                scale_a_g(i, q) * scale_b_g(q, j / 128) * (the group's partial product), as blockwise_gemm.cuh
+//                computes it (CUTLASS's blockwise mainloop, scales read with cp.async through runtime strides).
 //
-// the maths of rowwise_epilogue.cuh (scales multiplied first, one rounding), per group. Not swapped, the MMA's A is
-// a_g (tokens) and D = out_g row-major; swapped, the MMA's A is b_g^T (the expert's weight rows), its B is a_g and
-// D = out_g^T column-major (the same memory), so that a group of a few tokens fills the MMA's narrow N side.
+// Not swapped, the MMA's A is a_g (tokens) and D = out_g row-major; swapped, the MMA's A is b_g^T (the expert's weight
+// rows), its B is a_g and D = out_g^T column-major (the same memory), so that a group of a few tokens fills the MMA's
+// narrow N side.
 //
 // Group sizes live on the device (offs), so nothing here reads them on the host: the prologue computes each group's
-// start, size, pointers and strides from offs and the base pointers, clamping offsets into [0, extent] so that bad
-// values never reach memory outside the tensors (their values are the caller's to get right on CUDA; the CPU
-// backend checks them). Groups without rows cost nothing (CUTLASS's grouped scheduler visits no tile of them). The
-// prologue also writes what no GEMM tile writes: zeros in the rows of a 2d x 3d output past the last offset, and
-// the bias (or zeros) of a group of depth 0 (a 2d x 2d group whose K slice is empty, or K = 0), which gets no tile,
-// as a K of 0 would leave the accumulators unset.
+// start, size, pointers, strides and scale layouts from offs and the base pointers, clamping offsets into
+// [0, extent] so that bad values never reach memory outside the tensors (their values are the caller's to get right
+// on CUDA; the CPU backend checks them). Groups without rows cost nothing (CUTLASS's grouped scheduler visits no tile
+// of them). The prologue also writes what no GEMM tile writes: zeros in the rows of a 2d x 3d output past the last
+// offset, and the bias (or zeros) of a group of depth 0 (a 2d x 2d group whose K slice is empty, or K = 0), which
+// gets no tile, as a K of 0 would leave the accumulators unset.
 // Only this header and the generated kernels/ include CUTLASS; nothing here includes libtorch.
 #pragma once
 
@@ -38,31 +41,87 @@
 #include <cutlass/gemm/group_array_problem_shape.hpp>
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 
+#include "sm90/blockwise/blockwise_gemm.h"  // kBlockwiseGroupK, kBlockwiseBlockN
 #include "sm90/common/cutlass_common.cuh"
 #include "sm90/common/kernel_config.h"
 #include "sm90/grouped/grouped_params.h"
 
 namespace fp8ext::sm90 {
 
-// CUTLASS's pointer-array schedules: pingpong or cooperative, fast or precise (fp32 promotion) accumulation.
-template <Schedule S, Accum A>
-struct GroupedSchedule {
+namespace grouped_detail {
+
+namespace fusion = cutlass::epilogue::fusion;
+
+// CUTLASS's pointer-array schedules: pingpong or cooperative; fast, precise (fp32 promotion) or block-wise.
+template <Schedule S, Accum A, bool Blockwise>
+struct Schedules {
   static constexpr bool kPingpong = S == Schedule::kPingpong;
   static constexpr bool kFast = A == Accum::kFast;
-  using mainloop = cute::conditional_t<
-      kPingpong,
+  using pingpong = cute::conditional_t<
+      Blockwise, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise,
       cute::conditional_t<kFast, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum,
-                          cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong>,
+                          cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong>>;
+  using cooperative = cute::conditional_t<
+      Blockwise, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise,
       cute::conditional_t<kFast, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum,
                           cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>>;
+  using mainloop = cute::conditional_t<kPingpong, pingpong, cooperative>;
   using epilogue = cute::conditional_t<kPingpong, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
                                        cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
   static_assert(S == Schedule::kPingpong || S == Schedule::kCooperative, "grouped kernels: pingpong or cooperative");
 };
 
+// Cuts the per-group tables from the front of the workspace, each rounded to 128 bytes; with a null base it only
+// counts the bytes.
+struct Carver {
+  char* base;
+  size_t groups;
+  size_t used = 0;
+  template <class T>
+  T* take() {
+    T* at = base == nullptr ? nullptr : reinterpret_cast<T*>(base + used);
+    used += (groups * sizeof(T) + 127) / 128 * 128;
+    return at;
+  }
+};
+
+// A block-scale layout ((gran_mn, blocks_mn), (128, groups_k), 1) with runtime strides, as blockwise_gemm.cuh's: the
+// dynamic MN stride keeps the collective on its cp.async scale loads (no stride alignment needed).
+template <int GranMN>
+using ScaleLayout = cute::Layout<
+    cute::Shape<cute::Shape<cute::Int<GranMN>, int32_t>, cute::Shape<cute::Int<kBlockwiseGroupK>, int32_t>, int32_t>,
+    cute::Stride<cute::Stride<cute::_0, int64_t>, cute::Stride<cute::_0, int64_t>, int64_t>>;
+
+template <int GranMN>
+CUTLASS_HOST_DEVICE ScaleLayout<GranMN> scale_layout(int64_t extent_mn, int64_t extent_k, int64_t stride_mn,
+                                                     int64_t stride_k) {
+  return cute::make_layout(
+      cute::make_shape(cute::make_shape(cute::Int<GranMN>{}, static_cast<int32_t>((extent_mn + GranMN - 1) / GranMN)),
+                       cute::make_shape(cute::Int<kBlockwiseGroupK>{},
+                                        static_cast<int32_t>((extent_k + kBlockwiseGroupK - 1) / kBlockwiseGroupK)),
+                       int32_t(1)),
+      cute::make_stride(cute::make_stride(cute::_0{}, stride_mn), cute::make_stride(cute::_0{}, stride_k),
+                        int64_t(0)));
+}
+
+// One group as the prologue finds it, in the user's frame: its first row of a (2d x 3d) or first K (2d x 2d), its
+// rows and depth, and where its operands, scales and output start.
+template <class Element, class ElementD>
+struct Group {
+  int64_t start, rows, depth;
+  const Element* a;
+  const Element* b;
+  const float* scale_a;
+  const float* scale_b;
+  ElementD* out;
+};
+
+}  // namespace grouped_detail
+
 template <class Config>
-struct GroupedRowwiseGemm {
+struct GroupedGemm {
   static constexpr bool kSwapAB = Config::kSwapAB;
+  static constexpr bool kBlockwise = Config::kBlockwise;
   using Element = cutlass::float_e4m3_t;
   using ElementD = typename OutElement<Config::kOut>::type;
   using LayoutA = cutlass::layout::RowMajor;     // MMA A: rows of K contiguous bytes
@@ -77,33 +136,46 @@ struct GroupedRowwiseGemm {
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
   using Problem = typename ProblemShape::UnderlyingProblemShape;
 
-  // Per-group pointers (the broadcast nodes' array-of-pointers form). A group's token scales start at any row, so
-  // they are read one float at a time (alignment 1); the weights' scales and the bias start at g * N, N a multiple
-  // of 16, and keep the nodes' vector loads.
+  // --- the row-wise epilogue, with per-group pointers (the broadcast nodes' array-of-pointers form). A group's
+  // token scales start at any row, so they are read one float at a time (alignment 1); the weights' scales and the
+  // bias start at g * N, N a multiple of 16, and keep the nodes' vector loads.
   template <int Alignment>  // one float per row of D
-  using ColVector = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float*, float,
-                                                                cute::Stride<cute::_1, cute::_0, cute::_0>, Alignment>;
+  using ColVector = grouped_detail::fusion::Sm90ColBroadcast<0, TileShape, float*, float,
+                                                             cute::Stride<cute::_1, cute::_0, cute::_0>, Alignment>;
   template <int Alignment>  // one float per column of D
-  using RowVector = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, float*, float,
-                                                                cute::Stride<cute::_0, cute::_1, cute::_0>, Alignment>;
+  using RowVector = grouped_detail::fusion::Sm90RowBroadcast<0, TileShape, float*, float,
+                                                             cute::Stride<cute::_0, cute::_1, cute::_0>, Alignment>;
   using TokenScaleD = cute::conditional_t<kSwapAB, RowVector<1>, ColVector<1>>;
   using WeightScaleD = cute::conditional_t<kSwapAB, ColVector<4>, RowVector<4>>;
   using RowScale = cute::conditional_t<kSwapAB, WeightScaleD, TokenScaleD>;  // one per row of D
   using ColScale = cute::conditional_t<kSwapAB, TokenScaleD, WeightScaleD>;  // one per column of D
   using Bias = BiasBroadcast<TileShape, ElementD*, kSwapAB>;                  // bias[g, j]; a null table reads 0
-  using Scale = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, RowScale, ColScale>;
-  using EVT = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float, kRound>, Scale,
-      cutlass::epilogue::fusion::Sm90AccFetch, Bias>;
+  using ScaleProduct = grouped_detail::fusion::Sm90EVT<
+      grouped_detail::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, RowScale, ColScale>;
+  using RowwiseEVT = grouped_detail::fusion::Sm90EVT<
+      grouped_detail::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float, kRound>, ScaleProduct,
+      grouped_detail::fusion::Sm90AccFetch, Bias>;
+  // --- the block-wise epilogue: the mainloop has scaled; only the bias is left.
+  using BlockwiseEVT = grouped_detail::fusion::Sm90EVT<
+      grouped_detail::fusion::Sm90Compute<cutlass::plus, ElementD, float, kRound>, grouped_detail::fusion::Sm90AccFetch,
+      Bias>;
+  using EVT = cute::conditional_t<kBlockwise, BlockwiseEVT, RowwiseEVT>;
 
-  using Schedules = GroupedSchedule<Config::kSchedule, Config::kAccum>;
+  // Block-scale granularities in the MMA's frame: 1 x 128 on the tokens' side, 128 x 128 on the weights'.
+  static constexpr int kGranM = kSwapAB ? kBlockwiseBlockN : 1;
+  static constexpr int kGranN = kSwapAB ? 1 : kBlockwiseBlockN;
+  using LayoutSFA = grouped_detail::ScaleLayout<kGranM>;
+  using LayoutSFB = grouped_detail::ScaleLayout<kGranN>;
+  using OperandA = cute::conditional_t<kBlockwise, cute::tuple<LayoutA*, LayoutSFA*>, LayoutA*>;
+  using OperandB = cute::conditional_t<kBlockwise, cute::tuple<LayoutB*, LayoutSFB*>, LayoutB*>;
+
+  using Schedules = grouped_detail::Schedules<Config::kSchedule, Config::kAccum, kBlockwise>;
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignmentD, ElementD, LayoutD*,
       kAlignmentD, typename Schedules::epilogue, EVT>::CollectiveOp;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA*, kAlignmentAB, Element, LayoutB*,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, OperandA, kAlignmentAB, Element, OperandB,
       kAlignmentAB, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
@@ -114,63 +186,72 @@ struct GroupedRowwiseGemm {
   using StrideB = typename Kernel::InternalStrideB;
   using StrideD = typename Kernel::InternalStrideD;
 
-  // The per-group tables the prologue writes and the kernel reads, carved from the front of the workspace.
+  // The per-group tables the prologue writes and the kernel reads. `row_scale` / `col_scale`: the row-wise
+  // scales of D's rows and columns, or (block-wise) the MMA A's and B's block scales, whose layouts follow.
   struct Tables {
     Problem* problems;
     const Element** a;
     const Element** b;
     ElementD** d;
-    const float** row_scale;
-    const float** col_scale;
     const ElementD** bias;
     StrideA* stride_a;
     StrideB* stride_b;
     StrideD* stride_d;
+    const float** row_scale;
+    const float** col_scale;
+    LayoutSFA* layout_sfa;  // block-wise only
+    LayoutSFB* layout_sfb;
   };
 
-  static constexpr size_t round_up(size_t n) { return (n + 127) / 128 * 128; }
-
-  static size_t tables_bytes(int64_t G) {
-    const size_t g = static_cast<size_t>(G);
-    return round_up(g * sizeof(Problem)) + 6 * round_up(g * sizeof(void*)) + round_up(g * sizeof(StrideA)) +
-           round_up(g * sizeof(StrideB)) + round_up(g * sizeof(StrideD));
-  }
-
-  static Tables carve(void* workspace, int64_t G) {
-    char* p = static_cast<char*>(workspace);
-    const size_t g = static_cast<size_t>(G);
-    const auto take = [&](size_t bytes) {
-      char* at = p;
-      p += round_up(bytes);
-      return at;
-    };
-    Tables t;
-    t.problems = reinterpret_cast<Problem*>(take(g * sizeof(Problem)));
-    t.a = reinterpret_cast<const Element**>(take(g * sizeof(void*)));
-    t.b = reinterpret_cast<const Element**>(take(g * sizeof(void*)));
-    t.d = reinterpret_cast<ElementD**>(take(g * sizeof(void*)));
-    t.row_scale = reinterpret_cast<const float**>(take(g * sizeof(void*)));
-    t.col_scale = reinterpret_cast<const float**>(take(g * sizeof(void*)));
-    t.bias = reinterpret_cast<const ElementD**>(take(g * sizeof(void*)));
-    t.stride_a = reinterpret_cast<StrideA*>(take(g * sizeof(StrideA)));
-    t.stride_b = reinterpret_cast<StrideB*>(take(g * sizeof(StrideB)));
-    t.stride_d = reinterpret_cast<StrideD*>(take(g * sizeof(StrideD)));
+  static Tables carve(grouped_detail::Carver& c) {
+    Tables t{c.take<Problem>(), c.take<const Element*>(), c.take<const Element*>(), c.take<ElementD*>(),
+             c.take<const ElementD*>(), c.take<StrideA>(), c.take<StrideB>(), c.take<StrideD>(),
+             c.take<const float*>(), c.take<const float*>(), nullptr, nullptr};
+    if constexpr (kBlockwise) {
+      t.layout_sfa = c.take<LayoutSFA>();
+      t.layout_sfb = c.take<LayoutSFB>();
+    }
     return t;
   }
 
   static typename Gemm::Arguments arguments(const GroupedParams& p, const Tables& t) {
-    typename Gemm::Arguments args{
-        cutlass::gemm::GemmUniversalMode::kGrouped,
-        {static_cast<int>(p.groups), t.problems, nullptr},  // no host copy of the problems: they are the device's
-        {t.a, t.stride_a, t.b, t.stride_b},
-        {{{{t.row_scale, 0.0f, {}}, {t.col_scale, 0.0f, {}}, {}},                       // Scale = RowScale * ColScale
-          {},                                                                              // Acc
-          {p.bias == nullptr ? nullptr : t.bias, ElementD(0), {}},                         // Bias (null -> 0)
-          {}},
-         nullptr, t.stride_d, t.d, t.stride_d}};
+    const typename Bias::Arguments bias{p.bias == nullptr ? nullptr : t.bias, ElementD(0), {}};  // null -> 0
+    typename Gemm::Arguments args;
+    if constexpr (kBlockwise) {
+      args = {cutlass::gemm::GemmUniversalMode::kGrouped,
+              {static_cast<int>(p.groups), t.problems, nullptr},  // no host copy of the problems: the device's
+              {t.a, t.stride_a, t.b, t.stride_b, t.row_scale, t.layout_sfa, t.col_scale, t.layout_sfb},
+              {{{}, bias, {}}, nullptr, t.stride_d, t.d, t.stride_d}};
+    } else {
+      args = {cutlass::gemm::GemmUniversalMode::kGrouped,
+              {static_cast<int>(p.groups), t.problems, nullptr},
+              {t.a, t.stride_a, t.b, t.stride_b},
+              {{{{t.row_scale, 0.0f, {}}, {t.col_scale, 0.0f, {}}, {}}, {}, bias, {}},  // (row * col) * acc + bias
+               nullptr, t.stride_d, t.d, t.stride_d}};
+    }
     args.hw_info.device_id = p.device_id;
     args.hw_info.sm_count = p.sm_count;
     return args;
+  }
+
+  // Group g's scale pointers (and block-wise, layouts) in the MMA's frame.
+  __device__ static void write_scales(const Tables& t, int64_t g, const grouped_detail::Group<Element, ElementD>& grp,
+                                      const GroupedParams& p) {
+    t.row_scale[g] = kSwapAB ? grp.scale_b : grp.scale_a;
+    t.col_scale[g] = kSwapAB ? grp.scale_a : grp.scale_b;
+    if constexpr (kBlockwise) {
+      // scale_a(i, q) per token and K group, scale_b(q, h) per K group and block of 128 weight rows
+      const auto tokens = grouped_detail::scale_layout<1>(grp.rows, grp.depth, p.sa_stride_m, p.sa_stride_q);
+      const auto weights = grouped_detail::scale_layout<kBlockwiseBlockN>(p.N, grp.depth, p.sb_stride_n,
+                                                                          p.sb_stride_q);
+      if constexpr (kSwapAB) {
+        t.layout_sfa[g] = weights;
+        t.layout_sfb[g] = tokens;
+      } else {
+        t.layout_sfa[g] = tokens;
+        t.layout_sfb[g] = weights;
+      }
+    }
   }
 };
 
@@ -213,60 +294,62 @@ __global__ void __launch_bounds__(kPrologueThreads) grouped_prologue(GroupedPara
     }
     return;
   }
-  const int64_t start = (p.offs == nullptr || g == 0) ? 0 : clamped(p.offs[g - 1], 0, extent);
-  const int64_t end = p.offs == nullptr ? extent : clamped(p.offs[g], start, extent);
-  const int64_t rows = p.form == GroupedForm::k2d3d ? end - start : p.M;
-  const int64_t depth = along_k ? end - start : p.K;
-  ElementD* out_g = out + (p.form == GroupedForm::k2d3d ? start * p.N : g * p.M * p.N);
-  if (depth == 0) {  // rows that no tile writes: bias or zeros
+  grouped_detail::Group<Element, ElementD> grp;
+  grp.start = (p.offs == nullptr || g == 0) ? 0 : clamped(p.offs[g - 1], 0, extent);
+  const int64_t end = p.offs == nullptr ? extent : clamped(p.offs[g], grp.start, extent);
+  grp.rows = p.form == GroupedForm::k2d3d ? end - grp.start : p.M;
+  grp.depth = along_k ? end - grp.start : p.K;
+  grp.out = out + (p.form == GroupedForm::k2d3d ? grp.start * p.N : g * p.M * p.N);
+  if (grp.depth == 0) {  // rows that no tile writes: bias or zeros
     const auto* bias = static_cast<const ElementD*>(p.bias);
-    const int64_t total = rows * p.N, step = int64_t(gridDim.y) * blockDim.x;
+    const int64_t total = grp.rows * p.N, step = int64_t(gridDim.y) * blockDim.x;
     for (int64_t i = int64_t(blockIdx.y) * blockDim.x + threadIdx.x; i < total; i += step) {
-      out_g[i] = bias == nullptr ? ElementD(0.0f) : bias[g * p.N + i % p.N];
+      grp.out[i] = bias == nullptr ? ElementD(0.0f) : bias[g * p.N + i % p.N];
     }
   }
   if (blockIdx.y != 0 || threadIdx.x != 0) return;
-  const int64_t a_row0 = p.form == GroupedForm::k2d3d ? start : 0;
-  const int64_t k0 = along_k ? start : 0;
-  const auto* a_g = static_cast<const Element*>(p.a) + g * p.a_group_stride + a_row0 * p.lda + k0;
-  const auto* b_g = static_cast<const Element*>(p.b) + g * p.b_group_stride + k0;
-  const float* sa_g = p.form == GroupedForm::k2d3d ? p.scale_a + start : p.scale_a + g * p.scale_a_group_stride;
-  const float* sb_g = p.scale_b + g * p.scale_b_group_stride;
-  // A group with no work gets no tile: no rows, or (2d x 2d) an empty K slice, filled above.
-  const int m = static_cast<int>(depth == 0 ? 0 : rows), n = static_cast<int>(p.N), k = static_cast<int>(depth);
+  const int64_t row0 = p.form == GroupedForm::k2d3d ? grp.start : 0;
+  const int64_t k0 = along_k ? grp.start : 0;
+  grp.a = static_cast<const Element*>(p.a) + g * p.a_group_stride + row0 * p.lda + k0;
+  grp.b = static_cast<const Element*>(p.b) + g * p.b_group_stride + k0;
+  grp.scale_a = p.scale_a + g * p.scale_a_group_stride + row0 * p.sa_stride_m;
+  grp.scale_b = p.scale_b + g * p.scale_b_group_stride;
+  // A group with no work gets no tile: no rows, or depth 0 (filled above).
+  const int m = static_cast<int>(grp.depth == 0 ? 0 : grp.rows), n = static_cast<int>(p.N);
+  const int k = static_cast<int>(grp.depth);
   constexpr bool swap = G::kSwapAB;  // the MMA's A is the expert's weight, its B the group's tokens
   t.problems[g] = swap ? typename G::Problem(n, m, k) : typename G::Problem(m, n, k);
-  t.a[g] = swap ? b_g : a_g;
-  t.b[g] = swap ? a_g : b_g;
+  t.a[g] = swap ? grp.b : grp.a;
+  t.b[g] = swap ? grp.a : grp.b;
   t.stride_a[g] = leading_stride<typename G::StrideA>(swap ? p.ldb : p.lda);
   t.stride_b[g] = leading_stride<typename G::StrideB>(swap ? p.lda : p.ldb);
-  t.row_scale[g] = swap ? sb_g : sa_g;
-  t.col_scale[g] = swap ? sa_g : sb_g;
-  t.d[g] = out_g;
+  t.d[g] = grp.out;
   t.stride_d[g] = leading_stride<typename G::StrideD>(p.N);
   t.bias[g] = p.bias == nullptr ? nullptr : static_cast<const ElementD*>(p.bias) + g * p.N;
+  G::write_scales(t, g, grp, p);
 }
 
 template <class Config>
 size_t grouped_workspace_size(const GroupedParams& p) {
-  using G = GroupedRowwiseGemm<Config>;
-  const size_t tables = G::tables_bytes(p.groups);
-  return tables + G::Gemm::get_workspace_size(G::arguments(p, G::carve(nullptr, p.groups)));
+  using G = GroupedGemm<Config>;
+  grouped_detail::Carver sizes{nullptr, static_cast<size_t>(p.groups)};
+  const typename G::Tables t = G::carve(sizes);
+  return sizes.used + G::Gemm::get_workspace_size(G::arguments(p, t));
 }
 
 template <class Config>
 LaunchResult grouped_launch(const GroupedParams& p) {
-  using G = GroupedRowwiseGemm<Config>;
-  const size_t tables = G::tables_bytes(p.groups);
-  if (p.workspace_bytes < tables) return {false, "workspace", "smaller than grouped_workspace_size()"};
-  const typename G::Tables t = G::carve(p.workspace, p.groups);
+  using G = GroupedGemm<Config>;
+  grouped_detail::Carver tables{static_cast<char*>(p.workspace), static_cast<size_t>(p.groups)};
+  const typename G::Tables t = G::carve(tables);
+  if (p.workspace_bytes < tables.used) return {false, "workspace", "smaller than grouped_workspace_size()"};
   const dim3 grid(static_cast<unsigned>(p.groups + kTailBlocks), kFillSplit);
   grouped_prologue<G><<<grid, kPrologueThreads, 0, p.stream>>>(p, t);
   if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
     return {false, "prologue", cudaGetErrorString(err)};
   }
-  return run_gemm<typename G::Gemm>(G::arguments(p, t), static_cast<char*>(p.workspace) + tables,
-                                    p.workspace_bytes - tables, p.stream);
+  return run_gemm<typename G::Gemm>(G::arguments(p, t), static_cast<char*>(p.workspace) + tables.used,
+                                    p.workspace_bytes - tables.used, p.stream);
 }
 
 }  // namespace fp8ext::sm90

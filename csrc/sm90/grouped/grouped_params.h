@@ -1,7 +1,9 @@
 // The plain-C++ interface between the grouped op's CUDA entry (ops/scaled_grouped_mm_cuda.cpp) and the grouped
 // CUTLASS kernels (grouped_gemm.cuh), in the user's frame (the contract: ops/grouped_checks.h):
 //
-//   out_g[i, j] = scale_a_g[i] * scale_b_g[j] * sum_k a_g[i, k] * b_g[k, j]  (+ bias[g, j])
+//   row-wise:    out_g[i, j] = scale_a_g[i] * scale_b_g[j] * sum_k a_g[i, k] * b_g[k, j]  (+ bias[g, j])
+//   block-wise:  out_g[i, j] = sum_q scale_a_g(i, q) * scale_b_g(q, j / 128) * sum_{k in K group q} a_g[i, k] b_g[k, j]
+//                              (+ bias[g, j])
 //
 // Where each group's rows, depth, operands and scales start is known only on the device (offs), so a prologue
 // kernel writes the per-group tables that CUTLASS's grouped scheduler reads, from these base pointers and strides.
@@ -39,10 +41,15 @@ struct GroupedParams {
   const int32_t* offs = nullptr;  // G end offsets on the device (2d x 3d, 2d x 2d), else nullptr
   void* out = nullptr;            // contiguous, element type = the kernel's OutType
 
-  const float* scale_a = nullptr;  // row-wise: scale_a(g, i) at scale_a + g * scale_a_group_stride + i; in 2d x 3d
-  int64_t scale_a_group_stride = 0;  //   the row index is global (scale_a + r) and the group stride is unused
-  const float* scale_b = nullptr;    // row-wise: scale_b(g, j) at scale_b + g * scale_b_group_stride + j
-  int64_t scale_b_group_stride = 0;
+  // Row-wise: scale_a(g, i) at scale_a + g * scale_a_group_stride + i * sa_stride_m (2d x 3d: the row index is
+  // a's, r, and the group stride 0), scale_b(g, j) at scale_b + g * scale_b_group_stride + j.
+  // Block-wise: scale_a(g, i, q) at scale_a + g * scale_a_group_stride + i * sa_stride_m + q * sa_stride_q for
+  // K group q, scale_b(g, q, h) at scale_b + g * scale_b_group_stride + q * sb_stride_q + h * sb_stride_n for
+  // block h of 128 columns.
+  const float* scale_a = nullptr;
+  int64_t scale_a_group_stride = 0, sa_stride_m = 1, sa_stride_q = 0;
+  const float* scale_b = nullptr;
+  int64_t scale_b_group_stride = 0, sb_stride_q = 0, sb_stride_n = 1;
   const void* bias = nullptr;  // [G, N] of the output type, contiguous, or nullptr
 
   void* workspace = nullptr;  // at least grouped_workspace_size(params) bytes
@@ -50,6 +57,17 @@ struct GroupedParams {
   int device_id = 0;
   int sm_count = 0;
   cudaStream_t stream = nullptr;
+};
+
+// A grouped kernel's compile-time description: a row-wise KernelConfig, or block-wise scales (then the accumulation
+// is precise by construction: fp32 promotion and scaling once per K group of 128).
+template <int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Schedule Sched, Accum Acc, OutType Out,
+          bool SwapAB, bool Blockwise = false>
+struct GroupedConfig : KernelConfig<TileM, TileN, TileK, ClusterM, ClusterN, Sched, Acc, Out, SwapAB> {
+  static constexpr bool kBlockwise = Blockwise;
+  static_assert(!Blockwise || (Acc == Accum::kPrecise && TileK == 128 && ClusterM * ClusterN == 1),
+                "block-wise: precise, one K group per 128-deep tile, and no cluster (CUTLASS's blockwise pipeline "
+                "does not order a stage's release with every thread's scale reads in a cluster)");
 };
 
 using GroupedKernelEntry = RegistryEntry<KernelTraits, GroupedParams>;

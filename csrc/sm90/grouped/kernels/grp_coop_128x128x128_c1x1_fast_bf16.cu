@@ -2,7 +2,7 @@
 #include "sm90/grouped/grouped_gemm.cuh"
 
 namespace {
-using Config = ::fp8ext::sm90::KernelConfig<128, 128, 128, 1, 1, ::fp8ext::sm90::Schedule::kCooperative, ::fp8ext::sm90::Accum::kFast, ::fp8ext::sm90::OutType::kBF16, false, ::fp8ext::sm90::InType::kE4M3, 4>;
+using Config = ::fp8ext::sm90::GroupedConfig<128, 128, 128, 1, 1, ::fp8ext::sm90::Schedule::kCooperative, ::fp8ext::sm90::Accum::kFast, ::fp8ext::sm90::OutType::kBF16, false, false>;
 }
 
 FP8EXT_SM90_GROUPED_KERNEL("grp_coop_128x128x128_c1x1_fast_bf16", Config)

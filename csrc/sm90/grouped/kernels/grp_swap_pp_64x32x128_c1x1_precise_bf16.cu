@@ -2,7 +2,7 @@
 #include "sm90/grouped/grouped_gemm.cuh"
 
 namespace {
-using Config = ::fp8ext::sm90::KernelConfig<64, 32, 128, 1, 1, ::fp8ext::sm90::Schedule::kPingpong, ::fp8ext::sm90::Accum::kPrecise, ::fp8ext::sm90::OutType::kBF16, true, ::fp8ext::sm90::InType::kE4M3, 4>;
+using Config = ::fp8ext::sm90::GroupedConfig<64, 32, 128, 1, 1, ::fp8ext::sm90::Schedule::kPingpong, ::fp8ext::sm90::Accum::kPrecise, ::fp8ext::sm90::OutType::kBF16, true, false>;
 }
 
 FP8EXT_SM90_GROUPED_KERNEL("grp_swap_pp_64x32x128_c1x1_precise_bf16", Config)

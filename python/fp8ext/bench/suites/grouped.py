@@ -4,13 +4,16 @@ Rows: the expert projections of DeepSeek-V3 (G = 32 experts per GPU and 256; N x
 7168 x 2048 down; top-8), Qwen3-30B-A3B (G = 128; 1536 x 2048, 2048 x 768; top-8), Qwen3-235B-A22B (G = 128;
 3072 x 4096, 4096 x 1536; top-8) and Mixtral-8x22B (G = 8; 32768 x 6144, 6144 x 16384; top-2), at 1 to 8192
 tokens, routed uniformly, by a Zipf law (s = 1.2) or all to one expert; the routed rows (tokens x top-k) are
-grouped by expert, 2d x 3d with offs, row-wise scales, bf16 output, fast and precise accumulation. Operands are
-fresh random FP8 values and scales, the weights `w.transpose(-2, -1)` of [G, N, K] experts.
+grouped by expert, 2d x 3d with offs, bf16 output: row-wise scales with fast and precise accumulation, and
+block-wise scales (1 x 128 per token, 128 x 128 per weight block, in torch's layouts). Operands are fresh random
+FP8 values and scales, the weights `w.transpose(-2, -1)` of [G, N, K] experts.
 
-Peers, on the same tensors: torch._scaled_grouped_mm (row-wise, CUTLASS), and a loop of fp8ext.scaled_mm over the
-experts that received rows (the host knows the group sizes there; its launches are queued while the GPU is held,
-as for every peer). Times: the Timer (L2 flushed before each call, host held out, medians of interleaved turns);
-`tflops` counts 2 x rows x N x K.
+Peers, on the same tensors: row-wise, torch._scaled_grouped_mm (CUTLASS) and a loop of fp8ext.scaled_mm over the
+experts that received rows; block-wise (torch has no grouped form), a loop of fp8ext.scaled_mm and a loop of
+torch._scaled_mm, block-wise, over those experts. A loop's per-expert views and scale copies are made before it is
+timed (the host knows the group sizes there); its launches are queued while the GPU is held, as for every peer.
+Times: the Timer (L2 flushed before each call, host held out, medians of interleaved turns); `tflops` counts
+2 x rows x N x K.
 """
 from __future__ import annotations
 
@@ -43,56 +46,77 @@ def group_sizes(tokens: int, topk: int, G: int, routing: str, seed: int = 0) -> 
     return torch.bincount(picks.flatten(), minlength=G).tolist()
 
 
-def operands(sizes: list[int], N: int, K: int, w: torch.Tensor, sb: torch.Tensor):
+def operands(sizes: list[int], K: int, blockwise: bool, w: torch.Tensor, sb: torch.Tensor):
+    """(a, b, scale_a, scale_b, offs) of one call: row-wise scale_a [rows], or block-wise [rows, ceil(K / 128)] with
+    torch's strides (1, rows)."""
     rows = sum(sizes)
     a = (torch.randn(rows, K, device="cuda") * 2).to(E4M3)
-    sa = torch.exp2(-9 + 4 * torch.rand(rows, device="cuda"))
+    shape = (-(-K // 128), rows) if blockwise else (rows,)
+    sa = torch.exp2(-9 + 4 * torch.rand(shape, device="cuda"))
     offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
-    return a, w.transpose(-2, -1), sa, sb, offs
+    return a, w.transpose(-2, -1), sa.t() if blockwise else sa, sb, offs
 
 
-def loop(a, b, sa, sb, sizes, fast):
-    start, outs = 0, []
+def experts(a, b, sa, sb, sizes, blockwise: bool) -> list[tuple]:
+    """Each expert's (a_g, b_g, scale_a_g, scale_b_g) with rows, as scaled_mm takes them; block-wise scale_a_g
+    copied into torch's layout (strides (1, rows_g))."""
+    start, out = 0, []
     for g, n in enumerate(sizes):
         if n:
-            outs.append(scaled_mm(a[start:start + n], b[g], sa[start:start + n].view(-1, 1), sb[g].view(1, -1),
-                                  out_dtype=torch.bfloat16, use_fast_accum=fast))
+            rows = slice(start, start + n)
+            sa_g = sa[rows].t().contiguous().t() if blockwise else sa[rows].view(-1, 1)
+            out.append((a[rows], b[g], sa_g, sb[g] if blockwise else sb[g].view(1, -1)))
         start += n
-    return outs
+    return out
 
 
 def row(timer: Timer, rounds: int, model: str, G: int, topk: int, N: int, K: int, tokens: int, routing: str,
-        accum: str, w, sb) -> dict:
+        accum: str, w, scales: dict) -> dict:
+    """One row; accum "blockwise" times block-wise scales (their mainloop promotes every K group)."""
     sizes = group_sizes(tokens, topk, G, routing)
-    a, b, sa, sb_, offs = operands(sizes, N, K, w, sb)
+    blockwise = accum == "blockwise"
+    a, b, sa, sb, offs = operands(sizes, K, blockwise, w, scales[blockwise])
     fast = accum == "fast"
-    fns = {"fp8ext": lambda: scaled_grouped_mm(a, b, sa, sb_, offs, use_fast_accum=fast),
-           "torch": lambda: torch._scaled_grouped_mm(a, b, sa, sb_, offs=offs, out_dtype=torch.bfloat16,
-                                                     use_fast_accum=fast),
-           "loop": lambda: loop(a, b, sa, sb_, sizes, fast)}
+    parts = experts(a, b, sa, sb, sizes, blockwise)
+    out = torch.bfloat16
+    fns = {"fp8ext": lambda: scaled_grouped_mm(a, b, sa, sb, offs, use_fast_accum=fast),
+           "loop": lambda: [scaled_mm(*e, out_dtype=out, use_fast_accum=fast) for e in parts]}
+    if blockwise:
+        fns["torch"] = lambda: [torch._scaled_mm(*e, out_dtype=out) for e in parts]
+    else:
+        fns["torch"] = lambda: torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=out, use_fast_accum=fast)
     t = timed_or_failed(timer, fns, rounds)
     rows = sum(sizes)
     us = t.get("fp8ext")
     return {"model": model, "G": G, "tokens": tokens, "topk": topk, "N": N, "K": K, "routing": routing,
-            "accum": accum, "scaling": "rowwise", "rows": rows, "largest_group": max(sizes),
-            "fp8ext_us": us, "torch_grouped_us": t.get("torch"), "loop_us": t.get("loop"),
+            "accum": "precise" if blockwise else accum, "scaling": "blockwise" if blockwise else "rowwise",
+            "rows": rows, "largest_group": max(sizes), "fp8ext_us": us,
+            "torch_grouped_us": None if blockwise else t.get("torch"),
+            "torch_loop_us": t.get("torch") if blockwise else None, "loop_us": t.get("loop"),
             "tflops": 2.0 * rows * N * K / (us * 1e-6) / 1e12 if isinstance(us, float) else None,
             "vs_torch": ratio(t.get("torch"), us), "vs_loop": ratio(t.get("loop"), us)}
 
 
 def summarize(rows: list[dict]) -> dict:
     out = {"rows": len(rows)}
-    for accum in ("fast", "precise"):
-        ratios = [r["vs_torch"] for r in rows if r["accum"] == accum and r["vs_torch"]]
-        loops = [r["vs_loop"] for r in rows if r["accum"] == accum and r["vs_loop"]]
-        out[f"geomean vs torch._scaled_grouped_mm, {accum}"] = geomean(ratios) if ratios else None
-        out[f"geomean vs the loop of scaled_mm, {accum}"] = geomean(loops) if loops else None
-    timed = [r for r in rows if r["vs_torch"]]
+    for scaling, accum, peer in (("rowwise", "fast", "torch._scaled_grouped_mm"),
+                                 ("rowwise", "precise", "torch._scaled_grouped_mm"),
+                                 ("blockwise", "precise", "a loop of torch._scaled_mm")):
+        picked = [r for r in rows if r["scaling"] == scaling and r["accum"] == accum]
+        name = f"{scaling}{', ' + accum if scaling == 'rowwise' else ''}"
+        out[f"geomean vs {peer}, {name}"] = geomean([r["vs_torch"] for r in picked if r["vs_torch"]])
+        out[f"geomean vs the loop of fp8ext.scaled_mm, {name}"] = geomean([r["vs_loop"] for r in picked
+                                                                          if r["vs_loop"]])
+    timed = [r for r in rows if r["vs_torch"] and r["scaling"] == "rowwise"]
     if timed:
         worst = min(timed, key=lambda r: r["vs_torch"])
-        out["worst row vs torch"] = (f"{worst['model']} G={worst['G']} {worst['tokens']} tokens {worst['routing']} "
-                                     f"{worst['N']}x{worst['K']} {worst['accum']}: {worst['vs_torch']:.3f}")
-        out["rows below 0.95 vs torch"] = sum(r["vs_torch"] < 0.95 for r in timed)
+        out["worst row-wise row vs torch"] = (f"{worst['model']} G={worst['G']} {worst['tokens']} tokens "
+                                              f"{worst['routing']} {worst['N']}x{worst['K']} {worst['accum']}: "
+                                              f"{worst['vs_torch']:.3f}")
+        out["row-wise rows below 0.95 vs torch"] = sum(r["vs_torch"] < 0.95 for r in timed)
+    best = [r["tflops"] for r in rows if r["scaling"] == "blockwise" and r["tflops"]]
+    if best:
+        out["block-wise TFLOP/s, best row"] = max(best)
     return out
 
 
@@ -101,10 +125,12 @@ def summarize(rows: list[dict]) -> dict:
                 options={"--models": dict(default=",".join(MODELS), help="grouped suite: the models, comma-separated"),
                          "--tokens": dict(default=",".join(map(str, TOKENS)),
                                           help="grouped suite: token counts (before top-k), comma-separated"),
-                         "--routings": dict(default=",".join(ROUTINGS), help="grouped suite: uniform, zipf, one")})
+                         "--routings": dict(default=",".join(ROUTINGS), help="grouped suite: uniform, zipf, one"),
+                         "--scalings": dict(default="rowwise,blockwise", help="grouped suite: rowwise, blockwise")})
 def grouped_suite(args) -> dict:
     timer = Timer(rep_ms=args.rep_ms)
-    accums = [x.strip() for x in args.accum.split(",")]
+    accums = [x.strip() for x in args.accum.split(",")] if "rowwise" in args.scalings else []
+    accums += ["blockwise"] if "blockwise" in args.scalings else []
     tokens = [int(x) for x in args.tokens.split(",")]
     routings = [x.strip() for x in args.routings.split(",")]
     rows = []
@@ -113,17 +139,19 @@ def grouped_suite(args) -> dict:
         for G in counts:
             for N, K in projections:
                 w = (torch.randn(G, N, K, device="cuda") * 2).to(E4M3)  # one expert set per shape, freshly drawn
-                sb = torch.exp2(-9 + 4 * torch.rand(G, N, device="cuda"))
+                scales = {False: torch.exp2(-9 + 4 * torch.rand(G, N, device="cuda")),  # row-wise [G, N]
+                          True: torch.exp2(-9 + 4 * torch.rand(G, -(-N // 128), -(-K // 128), device="cuda"))
+                          .transpose(-2, -1)}  # block-wise: the weights' [G, N/128, K/128] scales, transposed
                 for n in tokens:
                     for routing in routings:
                         for accum in accums:
-                            got = row(timer, args.rounds, model, G, topk, N, K, n, routing, accum, w, sb)
+                            got = row(timer, args.rounds, model, G, topk, N, K, n, routing, accum, w, scales)
                             rows.append(got)
                             if not args.quiet:
                                 print(f"{model} G={G} {N}x{K} {n} tokens {routing} {accum}: fp8ext "
-                                      f"{got['fp8ext_us']} us, torch {got['torch_grouped_us']} us, loop "
-                                      f"{got['loop_us']} us", flush=True)
-                del w, sb
+                                      f"{got['fp8ext_us']} us, torch {got['torch_grouped_us'] or got['torch_loop_us']}"
+                                      f" us, loop {got['loop_us']} us", flush=True)
+                del w, scales
                 torch.cuda.empty_cache()
     return {"method": __doc__.split("\n\n")[1].replace("\n", " ") + " " + TIMER_METHOD, "summary": summarize(rows),
             "rows": rows}
