@@ -16,6 +16,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
+from .moe import Float8Experts, experts_problem, is_stacked_experts
 from .quantize import quantize_rowwise
 
 E4M3 = torch.float8_e4m3fn
@@ -229,17 +230,20 @@ class SiblingLinear(nn.Module):
 @dataclasses.dataclass
 class ConvertReport:
     """What fp8ext.convert did: ``swapped`` [(name, (N, K))] and ``skipped`` [(name, reason)], in module order,
-    ``fused`` [(names, (N, K))]: the sibling groups run as one GEMM (fuse_siblings=True), and ``tied`` [names]:
+    ``fused`` [(names, (N, K))]: the sibling groups run as one GEMM (fuse_siblings=True), ``tied`` [names]:
     each a parameter that several swapped layers shared (a weight, or a bias) under those names, still one
-    parameter after the swap (a weight with its weight_scale)."""
+    parameter after the swap (a weight with its weight_scale), and ``experts`` [(name, (G, I, H))]: the
+    mixture-of-experts expert sets now Float8Experts (fp8ext.moe)."""
 
     swapped: list = dataclasses.field(default_factory=list)
     skipped: list = dataclasses.field(default_factory=list)
     fused: list = dataclasses.field(default_factory=list)
     tied: list = dataclasses.field(default_factory=list)
+    experts: list = dataclasses.field(default_factory=list)  # [(name, (G, I, H))]: MoE experts now Float8Experts
 
     def __str__(self) -> str:
         lines = [f"fp8ext.convert: {len(self.swapped)} Linear layers now FP8, {len(self.skipped)} skipped"
+                 + (f", {len(self.experts)} MoE expert sets now FP8" if self.experts else "")
                  + (f", {len(self.fused)} sibling groups fused" if self.fused else "")
                  + (f", {len(self.tied)} tied parameters kept tied" if self.tied else "")]
         lines += [f"  skipped {name}: {reason}" for name, reason in self.skipped]
@@ -332,6 +336,10 @@ def convert(model: nn.Module, filter_fn: Optional[Callable[[nn.Module, str], boo
     one GEMM per input instead of one each, for the models whose siblings read the same, unchanged input (see
     FusedSiblings). Their weights then live under the first sibling (``q_proj.fused.weight``), so the state dict
     differs from an unfused conversion's.
+
+    Mixture-of-experts layers: transformers' stacked-experts modules (``gate_up_proj`` [G, 2I, H], ``down_proj``
+    [G, H, I]: Qwen3-MoE, Mixtral, DeepSeek-V3, ...) become Float8Experts (fp8ext.moe), two grouped GEMMs per
+    layer, listed in ``experts``; their routers stay as they are.
     """
     report = ConvertReport()
     converted: dict[int, nn.Module] = {}
@@ -374,7 +382,24 @@ def convert(model: nn.Module, filter_fn: Optional[Callable[[nn.Module, str], boo
         setattr(model.get_submodule(parent_name), child, converted[id(module)])
         report.swapped.append((name, (module.out_features, module.in_features)))
     report.tied = [[n for n, _ in shared[pid]] for pid in swapped_parameters]
+    _convert_experts(model, filter_fn, use_fast_accum, report)
     return report
+
+
+def _convert_experts(model: nn.Module, filter_fn, use_fast_accum: bool, report: ConvertReport) -> None:
+    """Swaps transformers' stacked-experts modules (fp8ext.moe.is_stacked_experts) for Float8Experts."""
+    for name, module in list(model.named_modules()):
+        if not name or not is_stacked_experts(module):
+            continue
+        reason = ("filter_fn returned False" if filter_fn is not None and not filter_fn(module, name)
+                  else experts_problem(module))
+        if reason is not None:
+            report.skipped.append((name, reason))
+            continue
+        f8 = Float8Experts(module, use_fast_accum=use_fast_accum)
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), child, f8)
+        report.experts.append((name, (f8.num_experts, f8.intermediate_dim, f8.hidden_dim)))
 
 
 def _swap(linear: nn.Linear, use_fast_accum: bool, shared: dict, swapped_parameters: dict) -> Float8Linear:

@@ -1,0 +1,113 @@
+"""FP8 experts for mixture-of-experts layers: Float8Experts, fp8ext's form of the stacked-experts modules of Hugging
+Face transformers (Qwen3MoeExperts, MixtralExperts, DeepseekV3Experts, ...: ``gate_up_proj`` [G, 2I, H],
+``down_proj`` [G, H, I], ``act_fn``, ``forward(hidden_states, top_k_index, top_k_weights)``), which convert() swaps
+in. The routing stays the model's: the router before the experts is left as it is.
+
+The forward, for T tokens each routed to k experts:
+
+  1. the T tokens are quantized once (quantize_rowwise), and their FP8 rows and scales gathered into expert order:
+     the T * k routed rows sorted by expert (a stable sort), offs = each expert's end row;
+  2. h = scaled_grouped_mm(rows, gate_up^T) [T * k, 2I]; y = act(gate) * up, quantized per row;
+  3. o = scaled_grouped_mm(y, down^T) [T * k, H];
+  4. each row times its routing weight, back in token order and summed over the k experts of a token (a gather
+     and a sum over a [T, k, H] view: no atomics, so the sum is the same every run).
+
+Nothing reads the group sizes on the host (counts by a scatter-add and offs by a cumsum, on the device), so a
+converted MoE layer never waits for the GPU and can be captured in a CUDA graph. The grouped GEMMs write bfloat16
+on CUDA; a float16 or float32 model gets its experts' output cast to its dtype.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from .grouped import scaled_grouped_mm
+from .quantize import quantize_rowwise
+
+E4M3 = torch.float8_e4m3fn
+_FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def experts_problem(module: nn.Module) -> Optional[str]:
+    """Why ``module`` (a stacked-experts module) cannot become a Float8Experts, or None."""
+    gate_up, down = module.gate_up_proj, module.down_proj
+    if gate_up.dim() != 3 or down.dim() != 3 or gate_up.shape[0] != down.shape[0]:
+        return f"gate_up_proj {tuple(gate_up.shape)} and down_proj {tuple(down.shape)} are not [G, 2I, H], [G, H, I]"
+    G, two_i, H = gate_up.shape
+    if two_i % 2 or tuple(down.shape[1:]) != (H, two_i // 2):
+        return f"gate_up_proj {tuple(gate_up.shape)} and down_proj {tuple(down.shape)} are not [G, 2I, H], [G, H, I]"
+    if gate_up.dtype not in _FLOAT_DTYPES or down.dtype not in _FLOAT_DTYPES:
+        return f"expert weights of dtype {gate_up.dtype} are not bfloat16, float16 or float32"
+    if gate_up.device.type == "meta":
+        return "expert weights on the meta device (load the weights first)"
+    if H % 16 or (two_i // 2) % 16:
+        return f"hidden size {H} and expert intermediate size {two_i // 2} must be multiples of 16"
+    if G > 1023:
+        return f"{G} experts; fp8ext.scaled_grouped_mm takes up to 1023 groups"
+    return None
+
+
+def is_stacked_experts(module: nn.Module) -> bool:
+    """transformers' stacked-experts modules: 3-D gate_up_proj and down_proj parameters and an act_fn."""
+    return (isinstance(getattr(module, "gate_up_proj", None), nn.Parameter)
+            and isinstance(getattr(module, "down_proj", None), nn.Parameter) and hasattr(module, "act_fn")
+            and module.gate_up_proj.dim() == 3)
+
+
+def _quantized(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[G, N, K] -> (float8_e4m3fn [G, N, K], float32 [G, N]): one scale per output row of each expert."""
+    G, N, K = weight.shape
+    q, s = quantize_rowwise(weight.detach().reshape(G * N, K))
+    return q.view(G, N, K), s.view(G, N)
+
+
+class Float8Experts(nn.Module):
+    """A stacked-experts module with its weights in float8_e4m3fn, one float32 scale per output row of each expert;
+    the forward of the module docstring. Inference only, like Float8Linear."""
+
+    def __init__(self, experts: nn.Module, use_fast_accum: bool = True):
+        super().__init__()
+        problem = experts_problem(experts)
+        if problem is not None:
+            raise ValueError(f"fp8ext.Float8Experts: {problem}")
+        self.num_experts, two_i, self.hidden_dim = experts.gate_up_proj.shape
+        self.intermediate_dim = two_i // 2
+        self.act_fn = experts.act_fn
+        self.use_fast_accum = use_fast_accum
+        with torch.no_grad():
+            q, s = _quantized(experts.gate_up_proj)
+            self.gate_up_weight = nn.Parameter(q, requires_grad=False)
+            self.gate_up_scale = nn.Parameter(s, requires_grad=False)
+            q, s = _quantized(experts.down_proj)
+            self.down_weight = nn.Parameter(q, requires_grad=False)
+            self.down_scale = nn.Parameter(s, requires_grad=False)
+
+    def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                top_k_weights: torch.Tensor) -> torch.Tensor:
+        T, H = hidden_states.shape
+        k = top_k_index.shape[-1]
+        device = hidden_states.device
+        out_dtype = hidden_states.dtype if device.type == "cpu" else torch.bfloat16
+        routed = top_k_index.reshape(-1)
+        order = torch.argsort(routed, stable=True)  # the routed rows, expert by expert
+        counts = torch.zeros(self.num_experts, dtype=torch.int32, device=device)
+        counts.scatter_add_(0, routed, torch.ones_like(routed, dtype=torch.int32))
+        offs = counts.cumsum(0, dtype=torch.int32)
+        q, s = quantize_rowwise(hidden_states)  # each token once, then gathered for each of its experts
+        tokens = order // k
+        h = scaled_grouped_mm(q[tokens], self.gate_up_weight.transpose(-2, -1), s.view(-1)[tokens],
+                              self.gate_up_scale, offs, out_dtype=out_dtype, use_fast_accum=self.use_fast_accum)
+        gate, up = h.chunk(2, dim=-1)
+        q, s = quantize_rowwise(self.act_fn(gate) * up)
+        o = scaled_grouped_mm(q, self.down_weight.transpose(-2, -1), s.view(-1), self.down_scale, offs,
+                              out_dtype=out_dtype, use_fast_accum=self.use_fast_accum)
+        o = o * top_k_weights.reshape(-1)[order, None].to(o.dtype)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.numel(), device=device)
+        return o[inverse].view(T, k, H).sum(dim=1).to(hidden_states.dtype)
+
+    def extra_repr(self) -> str:
+        return (f"num_experts={self.num_experts}, hidden_dim={self.hidden_dim}, "
+                f"intermediate_dim={self.intermediate_dim}, use_fast_accum={self.use_fast_accum}")

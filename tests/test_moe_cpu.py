@@ -1,0 +1,96 @@
+"""fp8ext.convert on mixture-of-experts models (fp8ext.moe.Float8Experts), on CPU: small random Qwen3-MoE and
+Mixtral models converted, their experts swapped and their routers kept, outputs close to the unconverted model's;
+Float8Experts equal to a loop of fp8ext.scaled_mm over each token's experts on the same quantized inputs; experts
+whose shapes the op cannot take are skipped with the reason; a compiled layer equals the eager one."""
+import copy
+
+import pytest
+import torch
+
+import fp8ext
+from fp8ext.moe import Float8Experts
+
+pytest.importorskip("transformers")
+from moe_models import tiny  # noqa: E402
+
+
+@pytest.mark.parametrize("kind, experts", [("qwen3_moe", 8), ("mixtral", 4)])
+def test_a_converted_moe_model_swaps_its_experts_keeps_its_routers_and_each_layer_stays_close(kind, experts):
+    """Each Float8Experts against the experts it replaced, on the inputs and routing it saw in the converted model.
+    Its error against them is FP8's: the weights' rounding (the original experts run on their weights rounded to
+    e4m3 measure that part alone) and the activations' (of the same size), so it stays within 3x the weights' part; a
+    wrong expert, order or weight would be off by the output's own size. The whole model's logits are not compared:
+    FP8 error anywhere flips some top-k routings downstream, which moves them by more than any bound on the GEMMs."""
+    model = tiny(kind)
+    original = {n: copy.deepcopy(m) for n, m in model.named_modules() if n.endswith("mlp.experts")}
+    routers = [m for n, m in model.named_modules() if n.endswith("mlp.gate")]
+    report = fp8ext.convert(model)
+    assert [g for _, (g, _, _) in report.experts] == [experts, experts]
+    assert all(isinstance(model.get_submodule(name), Float8Experts) for name, _ in report.experts)
+    assert [m for n, m in model.named_modules() if n.endswith("mlp.gate")] == routers  # the same router objects
+    seen = {}
+    hooks = [model.get_submodule(name).register_forward_hook(
+        lambda mod, args, out, name=name: seen.__setitem__(name, (args, out))) for name, _ in report.experts]
+    ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits = model(ids).logits
+        for hook in hooks:
+            hook.remove()
+        assert torch.isfinite(logits).all() and len(seen) == 2
+        for name, (args, out) in seen.items():
+            rounded = copy.deepcopy(original[name])  # its weights rounded to e4m3 on their own, per output row
+            for w in (rounded.gate_up_proj, rounded.down_proj):
+                q, scale = fp8ext.quantize_rowwise(w.reshape(-1, w.shape[-1]))
+                w.copy_((q.float() * scale).view_as(w))
+            want = original[name](*args)
+            err, weights_part = ((x - want).norm() / want.norm() for x in (out, rounded(*args)))
+            assert 0 < weights_part and err < 3 * weights_part, f"{name}: {err:.4f} against {weights_part:.4f}"
+
+
+def quantize(x):
+    return fp8ext.quantize_rowwise(x)
+
+
+def test_float8_experts_equal_a_loop_of_scaled_mm_over_each_token_s_experts():
+    model = tiny("qwen3_moe")
+    experts = model.model.layers[0].mlp.experts
+    f8 = Float8Experts(experts)
+    gen = torch.Generator().manual_seed(2)
+    T, k, G = 9, 2, 8
+    x = torch.randn(T, 64, generator=gen)
+    index = torch.stack([torch.randperm(G, generator=gen)[:k] for _ in range(T)])
+    weights = torch.rand(T, k, generator=gen)
+    got = f8(x, index, weights)
+    q, s = quantize(x)
+    want = torch.zeros(T, 64)
+    for t in range(T):
+        for j in range(k):
+            e = int(index[t, j])
+            h = fp8ext.scaled_mm(q[t:t + 1], f8.gate_up_weight[e].t(), s[t:t + 1], f8.gate_up_scale[e].view(1, -1),
+                                 out_dtype=torch.float32)
+            gate, up = h.chunk(2, dim=-1)
+            q2, s2 = quantize(f8.act_fn(gate) * up)
+            o = fp8ext.scaled_mm(q2, f8.down_weight[e].t(), s2, f8.down_scale[e].view(1, -1), out_dtype=torch.float32)
+            want[t] += (o * weights[t, j])[0]
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_experts_of_a_shape_the_op_cannot_take_are_skipped_with_the_reason():
+    model = tiny("mixtral")
+    experts = model.model.layers[0].mlp.experts
+    experts.gate_up_proj = torch.nn.Parameter(experts.gate_up_proj[:, :40])  # I = 20: not a multiple of 16
+    experts.down_proj = torch.nn.Parameter(experts.down_proj[:, :, :20])
+    report = fp8ext.convert(model)
+    assert [name for name, _ in report.experts] == ["model.layers.1.mlp.experts"]
+    assert ("model.layers.0.mlp.experts",
+            "hidden size 64 and expert intermediate size 20 must be multiples of 16") in report.skipped
+
+
+def test_a_compiled_experts_layer_equals_the_eager_one():
+    f8 = Float8Experts(tiny("qwen3_moe").model.layers[0].mlp.experts)
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(5, 64, generator=gen)
+    index = torch.stack([torch.randperm(8, generator=gen)[:2] for _ in range(5)])
+    weights = torch.rand(5, 2, generator=gen)
+    compiled = torch.compile(f8, backend="aot_eager", fullgraph=True)
+    assert torch.equal(compiled(x, index, weights), f8(x, index, weights))
