@@ -43,6 +43,12 @@ def weight_grad(device):
             torch.rand(4 * N, device=device) + 0.5], {"offs": ends((32, 0, 96, 16), device)}
 
 
+def masked(device):
+    """scaled_grouped_mm_masked: a [3, 17, K], b [3, K, N], row-wise scales, masked_m = (17, 0, 5)."""
+    args, _ = batched(device)
+    return args + [torch.tensor([17, 0, 5], dtype=torch.int32, device=device)], {}
+
+
 def _block_scales(device):
     """Block-wise scales of the MoE call: scale_a [T, 1], scale_b [G, 1, 1] (K = 96, N = 64: one block each)."""
     return torch.rand(T, 1, device=device) + 0.5, torch.rand(G, 1, 1, device=device) + 0.5
@@ -140,4 +146,26 @@ VALUE_CASES = [
          _with(weight_grad, offs=lambda d, a: torch.tensor([32, 40, 128, 144], dtype=torch.int32, device=d)),
          P + "offs: offsets along K must be multiples of 16 (TMA reads each group's K slice in 16-byte units), got "
          "offs[1] = 40"),
+]
+
+# scaled_grouped_mm_masked (a 3d x 3d call with masked_m, its fifth argument); the last is checked where the counts
+# are read on the host (CPU).
+PM = "fp8ext.scaled_grouped_mm_masked: "
+MASKED_CASES = [
+    Case("m_2d", "a 2-D a", _with(masked, a=lambda d, a: fp8(T, K, device=d)),
+         PM + "a, b: expected a 3-D a [G, M_max, K] and a 3-D b [G, K, N], got a of shape [62, 96] and b of shape "
+         "[3, 96, 64]"),
+    Case("m_dtype", "masked_m is int64", lambda d: (lambda c: (c[0][:4] + [c[0][4].long()], c[1]))(masked(d)),
+         PM + "masked_m: expected dtype torch.int32, got torch.int64"),
+    Case("m_shape", "masked_m holds fewer counts than groups",
+         lambda d: (lambda c: (c[0][:4] + [c[0][4][:2]], c[1]))(masked(d)),
+         PM + "masked_m: expected a contiguous 1-D tensor of G = 3 row counts, got shape [2] with strides [1]"),
+    Case("m_scale", "scale_a of the 2d x 3d shape", _with(masked, scale_a=lambda d, a: torch.rand(51, device=d)),
+         PM + "scale_a: expected shape [G, M] = [3, 17] (row-wise) or [G, M, ceil(K / 128)] = [3, 17, 1] "
+         "(block-wise) for layout 3d x 3d, got [51]"),
+]
+MASKED_VALUE_CASES = [
+    Case("m_count", "a count past M_max",
+         lambda d: (lambda c: (c[0][:4] + [torch.tensor([17, 18, 0], dtype=torch.int32, device=d)], c[1]))(masked(d)),
+         PM + "masked_m: expected row counts within [0, M = 17], got masked_m[1] = 18"),
 ]

@@ -7,9 +7,10 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import fp8ext
 from fp8ext.testing import assert_opcheck, check_against_reference
-from grouped_cases import BATCHED, BLOCKWISE, CASES, ROWWISE, WGRAD, groups, moe_call, weight_grad_call
+from grouped_cases import (BATCHED, BLOCKWISE, CASES, ROWWISE, WGRAD, batched_call, groups, moe_call,
+                           weight_grad_call)
 from grouped_validation_cases import CASES as ERROR_CASES
-from grouped_validation_cases import VALUE_CASES
+from grouped_validation_cases import MASKED_CASES, MASKED_VALUE_CASES, VALUE_CASES
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -42,20 +43,26 @@ def message_of(fn, args, kwargs) -> str:
     return str(info.value).splitlines()[0]
 
 
-@pytest.mark.parametrize("case", [c for c in ERROR_CASES if not c.gpu_only], ids=lambda c: c.id)
-def test_each_bad_call_gets_its_message_eager_and_traced(case):
+# (the op, a case): each op's calls that metadata refuses, and those refused where the values are read
+REFUSED = ([(fp8ext.scaled_grouped_mm, c) for c in ERROR_CASES if not c.gpu_only]
+           + [(fp8ext.scaled_grouped_mm_masked, c) for c in MASKED_CASES])
+REFUSED_VALUES = ([(fp8ext.scaled_grouped_mm, c) for c in VALUE_CASES]
+                  + [(fp8ext.scaled_grouped_mm_masked, c) for c in MASKED_VALUE_CASES])
+
+
+@pytest.mark.parametrize("op, case", REFUSED, ids=lambda x: getattr(x, "id", ""))
+def test_each_bad_call_gets_its_message_eager_and_traced(op, case):
     args, kwargs = case.build("cpu")
-    assert message_of(fp8ext.scaled_grouped_mm, args, kwargs) == case.message
+    assert message_of(op, args, kwargs) == case.message
     with FakeTensorMode() as mode:
         fake = lambda v: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v  # noqa: E731
-        assert message_of(fp8ext.scaled_grouped_mm, [fake(t) for t in args],
-                          {k: fake(v) for k, v in kwargs.items()}) == case.message
+        assert message_of(op, [fake(t) for t in args], {k: fake(v) for k, v in kwargs.items()}) == case.message
 
 
-@pytest.mark.parametrize("case", VALUE_CASES, ids=lambda c: c.id)
-def test_offsets_out_of_order_past_the_end_or_off_16_are_refused_where_they_are_read(case):
+@pytest.mark.parametrize("op, case", REFUSED_VALUES, ids=lambda x: getattr(x, "id", ""))
+def test_offsets_and_counts_out_of_range_are_refused_where_they_are_read(op, case):
     args, kwargs = case.build("cpu")
-    assert message_of(fp8ext.scaled_grouped_mm, args, kwargs) == case.message
+    assert message_of(op, args, kwargs) == case.message
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -102,3 +109,29 @@ def test_the_grouped_suite_routes_every_token_to_top_k_experts(routing, tokens, 
         assert max(sizes) <= tokens  # distinct experts per token
     if routing == "zipf" and tokens >= 1024:
         assert max(sizes) > 3 * tokens * topk / G  # skewed: the favourite expert gets far more than its share
+
+
+@pytest.mark.parametrize("blockwise", [False, True])
+@pytest.mark.parametrize("use_fast_accum", [False, True])
+def test_a_masked_call_computes_each_group_s_first_rows_as_scaled_mm(blockwise, use_fast_accum):
+    (a, b, sa, sb), kw = batched_call(4, 24, 64, 256, blockwise=blockwise, bias=True)
+    counts = torch.tensor([24, 0, 1, 13], dtype=torch.int32)
+    out = fp8ext.scaled_grouped_mm_masked(a, b, sa, sb, counts, bias=kw["bias"], use_fast_accum=use_fast_accum,
+                                          expected_m=8)
+    assert out.shape == (4, 24, 64) and out.dtype == torch.bfloat16
+    for g, n in enumerate(counts.tolist()):
+        want = fp8ext.scaled_mm(a[g, :n], b[g], sa[g, :n] if blockwise else sa[g, :n].view(-1, 1),
+                                sb[g] if blockwise else sb[g].view(1, -1), bias=kw["bias"][g],
+                                use_fast_accum=use_fast_accum)
+        assert torch.equal(out[g, :n], want), f"group {g}"
+
+
+def test_the_masked_op_passes_opcheck_and_compiles():
+    """opcheck compares whole outputs, so its call fills every group (the rows past a count are undefined)."""
+    (a, b, sa, sb), _ = batched_call(3, 16, 64, 128)
+    full = torch.full((3,), 16, dtype=torch.int32)
+    assert_opcheck(torch.ops.fp8ext.scaled_grouped_mm_masked.default, (a, b, sa, sb, full, None, None, False, None))
+    counts = torch.tensor([16, 3, 0], dtype=torch.int32)
+    f = torch.compile(fp8ext.scaled_grouped_mm_masked, backend="aot_eager", fullgraph=True)
+    got, want = f(a, b, sa, sb, counts), fp8ext.scaled_grouped_mm_masked(a, b, sa, sb, counts)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1, :3], want[1, :3])

@@ -147,3 +147,30 @@ def test_an_output_the_cuda_kernels_do_not_write_is_refused(blockwise):
     with pytest.raises(RuntimeError, match="^fp8ext.scaled_grouped_mm: out_dtype: the CUDA kernels write "
                                            "torch.bfloat16 in this version, got torch.float16"):
         fp8ext.scaled_grouped_mm(*args, **kw)
+
+
+@pytest.mark.parametrize("blockwise", [False, True])
+@pytest.mark.parametrize("expected_m", [8, None])  # the swapped kernel, the cooperative one (M_max = 96)
+def test_a_masked_call_against_float64_and_replayed_with_new_counts(blockwise, expected_m):
+    (a, b, sa, sb), kw = on(DEV, batched_call(4, 96, 256, 384, blockwise=blockwise, bias=True))
+    counts = torch.tensor([96, 0, 1, 37], dtype=torch.int32, device=DEV)
+
+    def call():
+        return fp8ext.scaled_grouped_mm_masked(a, b, sa, sb, counts, bias=kw["bias"], expected_m=expected_m)
+
+    def check(out, what):
+        for g, n in enumerate(counts.tolist()):
+            if n:
+                check_against_reference(out[g, :n], a[g, :n], b[g], sa[g, :n] if blockwise else sa[g, :n, None],
+                                        sb[g] if blockwise else sb[g, None], kw["bias"][g], use_fast_accum=False,
+                                        what=f"{what}: group {g}")
+
+    check(call(), "eager")
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = call()
+    for sizes in ([1, 2, 3, 4], [0, 96, 0, 50]):
+        counts.copy_(torch.tensor(sizes, dtype=torch.int32))
+        graph.replay()
+        check(captured, f"replay {sizes}")

@@ -44,6 +44,18 @@ backend; rows G1-G4). The examples break one thing of a valid call: a MoE forwar
 """
 
 
+MASKED_HEADER = """
+## fp8ext.scaled_grouped_mm_masked
+
+Its call breaks one thing of a valid masked call (a [3, 17, 96], b [3, 96, 64], row-wise scales, masked_m = (17, 0,
+5)); its other arguments are checked as scaled_grouped_mm's 3d x 3d layout, with this op's name. The counts are
+checked where they are read on the host (the CPU backend; row M1).
+
+| # | rejected input | message |
+|---|---|---|
+"""
+
+
 def _rows(cases, prefix="") -> list:
     return [f"| {prefix}{i} | {case.what}{' (GPU)' if case.gpu_only else ''} | `{case.message}` |"
             for i, case in enumerate(cases, 1)]
@@ -52,7 +64,8 @@ def _rows(cases, prefix="") -> list:
 def render() -> str:
     """The text of docs/errors.md."""
     return (HEADER + "\n".join(_rows(CASES)) + "\n" + GROUPED_HEADER
-            + "\n".join(_rows(grouped.VALUE_CASES + grouped.CASES, "G")) + "\n")
+            + "\n".join(_rows(grouped.VALUE_CASES + grouped.CASES, "G")) + "\n" + MASKED_HEADER
+            + "\n".join(_rows(grouped.MASKED_VALUE_CASES + grouped.MASKED_CASES, "M")) + "\n")
 
 
 def main() -> int:

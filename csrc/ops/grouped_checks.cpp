@@ -14,7 +14,17 @@ namespace {
 
 constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();  // CUTLASS problem sizes are int
 
-#define FP8EXT_CHECK_ARG(cond, arg, ...) FP8EXT_CHECK(cond, "fp8ext.scaled_grouped_mm: ", arg, ": ", __VA_ARGS__)
+// The op whose call is being checked, for the messages: scaled_grouped_mm or scaled_grouped_mm_masked (set for the
+// duration of one check by OpName; per thread, as checks run on the calling thread).
+thread_local const char* t_op = "fp8ext.scaled_grouped_mm";
+struct OpName {
+  const char* saved;
+  explicit OpName(const char* op) : saved(t_op) { t_op = op; }
+  ~OpName() { t_op = saved; }
+};
+constexpr const char* kMaskedOp = "fp8ext.scaled_grouped_mm_masked";
+
+#define FP8EXT_CHECK_ARG(cond, arg, ...) FP8EXT_CHECK(cond, t_op, ": ", arg, ": ", __VA_ARGS__)
 
 const char* layout_name(GroupedLayout l) {
   switch (l) {
@@ -98,7 +108,9 @@ void check_scale(const TensorMeta& s, const char* arg, ScaleForm form, const Gro
 GroupedMmProblem check_scaled_grouped_mm_meta(const TensorMeta& a, const TensorMeta& b, const TensorMeta& scale_a,
                                               const TensorMeta& scale_b, const std::optional<TensorMeta>& offs,
                                               const std::optional<TensorMeta>& bias,
-                                              std::optional<ScalarType> out_dtype) {
+                                              std::optional<ScalarType> out_dtype,
+                                              const std::optional<TensorMeta>& masked_m) {
+  const OpName name(masked_m.has_value() ? kMaskedOp : "fp8ext.scaled_grouped_mm");
   GroupedMmProblem p;
   p.out_dtype = out_dtype.value_or(ScalarType::BFloat16);
   const ScalarType out = p.out_dtype;
@@ -109,6 +121,9 @@ GroupedMmProblem check_scaled_grouped_mm_meta(const TensorMeta& a, const TensorM
   FP8EXT_CHECK_ARG(b.scalar_type() == ScalarType::Float8_e4m3fn, "b", "expected dtype torch.float8_e4m3fn, got ",
                    dtype_name(b.scalar_type()));
   check_same_device(b, "b", a);
+  FP8EXT_CHECK_ARG(!masked_m.has_value() || (a.dim() == 3 && b.dim() == 3), "a, b", "expected a 3-D a [G, M_max, K] "
+                   "and a 3-D b [G, K, N], got a of shape ", shape_str(a.sizes()), " and b of shape ",
+                   shape_str(b.sizes()));
 
   if (a.dim() == 2 && b.dim() == 3) {
     p.layout = GroupedLayout::k2d3d;
@@ -193,6 +208,17 @@ GroupedMmProblem check_scaled_grouped_mm_meta(const TensorMeta& a, const TensorM
     check_scale(scale_b, "scale_b", {{G, N}, "[G, N]"}, p, a, why);
   }
 
+  if (masked_m.has_value()) {
+    const TensorMeta& c = *masked_m;
+    check_same_device(c, "masked_m", a);
+    FP8EXT_CHECK_ARG(c.scalar_type() == ScalarType::Int, "masked_m", "expected dtype torch.int32, got ",
+                     dtype_name(c.scalar_type()));
+    FP8EXT_CHECK_ARG(c.dim() == 1 && c.size(0) == G && (G == 1 || c.stride(0) == 1), "masked_m",
+                     "expected a contiguous 1-D tensor of G = ", G, " row counts, got shape ", shape_str(c.sizes()),
+                     " with strides ", shape_str(c.strides()));
+    p.masked = true;
+  }
+
   if (bias.has_value()) {
     const TensorMeta& t = *bias;
     check_same_device(t, "bias", a);
@@ -220,6 +246,14 @@ void check_grouped_offsets(const int32_t* offs, const GroupedMmProblem& p) {
     FP8EXT_CHECK_ARG(!along_k || end % 16 == 0, "offs", "offsets along K must be multiples of 16 (TMA reads each "
                      "group's K slice in 16-byte units), got offs[", g, "] = ", end);
     previous = end;
+  }
+}
+
+void check_masked_counts(const int32_t* masked_m, const GroupedMmProblem& p) {
+  const OpName name(kMaskedOp);
+  for (int64_t g = 0; g < p.groups; ++g) {
+    FP8EXT_CHECK_ARG(masked_m[g] >= 0 && masked_m[g] <= p.M, "masked_m", "expected row counts within [0, M = ", p.M,
+                     "], got masked_m[", g, "] = ", masked_m[g]);
   }
 }
 

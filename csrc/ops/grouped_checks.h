@@ -10,6 +10,8 @@
 //   3d x 3d   a [G, M, K], b [G, K, N], no offs; out [G, M, N].
 //   2d x 2d   a [M, K_total], b [K_total, N] column-major, group g owning the K slice offs[g-1] <= k < offs[g];
 //             out [G, M, N]. The gradient of the expert weights.
+//   masked    (scaled_grouped_mm_masked) 3d x 3d with masked_m [G] int32: group g's rows are its first masked_m[g]
+//             of M; the rows past them are not written. Decode under CUDA graphs: fixed shapes, counts on the device.
 //
 // Scales, fp32:
 //   row-wise   one per row of a and one per column of b, in torch's shapes: scale_a [T] and scale_b [G, N]
@@ -39,6 +41,7 @@ struct GroupedMmProblem {
   int64_t N = 0;
   int64_t K = 0;       // one group's depth (2d x 3d, 3d x 3d), all groups' (2d x 2d)
   bool blockwise = false;
+  bool masked = false;  // scaled_grouped_mm_masked: 3d x 3d with valid rows per group in masked_m
   ScalarType out_dtype = ScalarType::BFloat16;
 
   // The scaled_mm problem of one group of `rows` rows and depth `depth` (scaled_mm_checks.h).
@@ -60,10 +63,14 @@ struct GroupedMmProblem {
 GroupedMmProblem check_scaled_grouped_mm_meta(const TensorMeta& a, const TensorMeta& b, const TensorMeta& scale_a,
                                               const TensorMeta& scale_b, const std::optional<TensorMeta>& offs,
                                               const std::optional<TensorMeta>& bias,
-                                              std::optional<ScalarType> out_dtype);
+                                              std::optional<ScalarType> out_dtype,
+                                              const std::optional<TensorMeta>& masked_m = std::nullopt);
 
 // Checks offs's values (G int32 ends, read on the host): non-decreasing, within [0, extent] where extent is a's rows
 // (2d x 3d) or K_total (2d x 2d), and multiples of 16 along K (each K slice is read by TMA in 16-byte units).
 void check_grouped_offsets(const int32_t* offs, const GroupedMmProblem& p);
+
+// Checks masked_m's values (G int32 row counts, read on the host): each within [0, M].
+void check_masked_counts(const int32_t* masked_m, const GroupedMmProblem& p);
 
 }  // namespace fp8ext

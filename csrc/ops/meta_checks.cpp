@@ -1,6 +1,6 @@
-// The validation of scaled_mm, scaled_grouped_mm, linear and the quantize ops on metadata alone (the _check_*_meta ops, PyTorch's
-// stable ABI), for their fake implementations (python/fp8ext/ops.py, quantize.py): the same checks and messages
-// as the eager backends, for traced calls. In every build. The schemas are in schemas.cpp.
+// The validation of scaled_mm, scaled_grouped_mm, linear and the quantize ops on metadata alone (the _check_*_meta ops,
+// PyTorch's stable ABI), for their fake implementations (python/fp8ext/ops.py, quantize.py): the same checks and
+// messages as the eager backends, for traced calls. In every build. The schemas are in schemas.cpp.
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -68,12 +68,16 @@ void check_scaled_grouped_mm_meta_op(std::vector<int64_t> a, ScalarType a_dtype,
                                      std::optional<std::vector<int64_t>> offs, std::optional<ScalarType> offs_dtype,
                                      std::optional<Device> offs_device, std::optional<std::vector<int64_t>> bias,
                                      std::optional<ScalarType> bias_dtype, std::optional<Device> bias_device,
-                                     std::optional<ScalarType> out_dtype) {
+                                     std::optional<ScalarType> out_dtype,
+                                     std::optional<std::vector<int64_t>> masked_m,
+                                     std::optional<ScalarType> masked_m_dtype,
+                                     std::optional<Device> masked_m_device) {
   check_scaled_grouped_mm_meta(operand_meta(a, a_dtype, a_device), operand_meta(b, b_dtype, b_device),
                                operand_meta(scale_a, scale_a_dtype, scale_a_device),
                                operand_meta(scale_b, scale_b_dtype, scale_b_device),
-                               optional_meta(offs, offs_dtype, offs_device), optional_meta(bias, bias_dtype, bias_device),
-                               out_dtype);
+                               optional_meta(offs, offs_dtype, offs_device),
+                               optional_meta(bias, bias_dtype, bias_device), out_dtype,
+                               optional_meta(masked_m, masked_m_dtype, masked_m_device));
 }
 
 void check_linear_meta_op(std::vector<int64_t> x, ScalarType x_dtype, Device x_device, std::vector<int64_t> weight,

@@ -1,9 +1,10 @@
-// The CUDA backend of fp8ext::scaled_grouped_mm: validation, device guard and stream, the grouped kernel for the
-// call and its launch (sm90/grouped/grouped_gemm.cuh). Nothing here reads offs: the kernel's prologue turns it into
-// each group's problem on the device, so a call never waits for the GPU and can be captured in a CUDA graph. Its
-// values are the caller's to get right here (non-decreasing, within a's rows or K_total, multiples of 16 along
-// K); values outside that range are clamped, so no memory outside the tensors is touched. Also registers
-// _grouped_kernel_names (the grouped kernels of this build).
+// The CUDA backends of fp8ext::scaled_grouped_mm and scaled_grouped_mm_masked: validation, device guard and
+// stream, the grouped kernel for the call and its launch (sm90/grouped/grouped_gemm.cuh). Nothing here reads offs
+// or masked_m: the kernel's prologue turns them into each group's problem on the device, so a call never waits for
+// the GPU and can be captured in a CUDA graph. Their values are the caller's to get right here (offs non-decreasing,
+// within a's rows or K_total, multiples of 16 along K; counts within [0, M]); values outside that range are
+// clamped, so no memory outside the tensors is touched. Also registers _grouped_kernel_names (the grouped kernels of
+// this build).
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,11 +33,13 @@ sm90::GroupedForm to_form(GroupedLayout l) {
 }
 
 // The kernel for a call, from what the host knows: groups that average 48 rows or fewer (MoE decode: a few tokens
-// per expert) on swapped tiles 32 tokens wide, where a group's tokens fill the MMA's narrow N side; larger groups on
-// the 128 x 128 cooperative tile. Block-wise scales are promoted and scaled once per K group whatever
-// use_fast_accum says, as in scaled_mm.
-const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool use_fast_accum) {
-  const int64_t rows_per_group = p.layout == GroupedLayout::k2d3d ? p.M / p.groups : p.M;
+// per expert; a masked call's expected_m, else its M) on swapped tiles 32 tokens wide, where a group's tokens fill
+// the MMA's narrow N side; larger groups on the 128 x 128 cooperative tile. Block-wise scales are promoted and
+// scaled once per K group whatever use_fast_accum says, as in scaled_mm.
+const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool use_fast_accum,
+                                               std::optional<int64_t> expected_m) {
+  const int64_t rows_per_group =
+      p.layout == GroupedLayout::k2d3d ? p.M / p.groups : (p.masked ? expected_m.value_or(p.M) : p.M);
   const bool few = rows_per_group <= 48;
   const std::string name =
       p.blockwise ? str(few ? "grp_bw_swap_coop_128x32x128_c1x1" : "grp_bw_coop_128x128x128_c1x1", "_bf16")
@@ -94,27 +97,43 @@ sm90::GroupedParams grouped_params(const Tensor& a, const Tensor& b, const Tenso
   return p;
 }
 
-Tensor scaled_grouped_mm_cuda(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, std::optional<Tensor> offs,
-                              std::optional<Tensor> bias, std::optional<ScalarType> out_dtype, bool use_fast_accum) {
-  const GroupedMmProblem problem = check_scaled_grouped_mm_args(a, b, scale_a, scale_b, offs, bias, out_dtype);
+// Both ops' CUDA path: the checked call, its output, the kernel and the launch. `masked_m`: a masked call's counts.
+Tensor run_grouped(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                   const std::optional<Tensor>& offs, const std::optional<Tensor>& masked_m,
+                   const std::optional<Tensor>& bias, std::optional<ScalarType> out_dtype, bool use_fast_accum,
+                   std::optional<int64_t> expected_m) {
+  const GroupedMmProblem problem =
+      check_scaled_grouped_mm_args(a, b, scale_a, scale_b, offs, bias, out_dtype, masked_m);
+  const char* op = problem.masked ? "fp8ext.scaled_grouped_mm_masked" : "fp8ext.scaled_grouped_mm";
   const int device = a.get_device_index();
   const st::accelerator::DeviceGuard guard(device);
   const cudaDeviceProp& props = device_properties(device);
-  FP8EXT_CHECK(routing_cc(props) == 90, "fp8ext.scaled_grouped_mm: its CUDA kernels need compute capability 9.0 "
-               "(sm_90a); this GPU (", props.name, ") has another");
-  FP8EXT_CHECK(problem.out_dtype == ScalarType::BFloat16, "fp8ext.scaled_grouped_mm: out_dtype: the CUDA kernels "
-               "write torch.bfloat16 in this version, got ", dtype_name(problem.out_dtype),
-               " (the CPU backend computes every output type)");
+  FP8EXT_CHECK(routing_cc(props) == 90, op, ": its CUDA kernels need compute capability 9.0 (sm_90a); this GPU (",
+               props.name, ") has another");
+  FP8EXT_CHECK(problem.out_dtype == ScalarType::BFloat16, op, ": out_dtype: the CUDA kernels write torch.bfloat16 in "
+               "this version, got ", dtype_name(problem.out_dtype), " (the CPU backend computes every output type)");
   Tensor out = new_grouped_output(a, problem);
   if (problem.M == 0 || problem.N == 0) return out;
-  const sm90::GroupedKernelEntry& kernel = grouped_kernel(problem, use_fast_accum);
+  const sm90::GroupedKernelEntry& kernel = grouped_kernel(problem, use_fast_accum, expected_m);
   const cudaStream_t stream = current_cuda_stream(device);
-  const sm90::GroupedParams p =
+  sm90::GroupedParams p =
       grouped_params(a, b, scale_a, scale_b, offs, bias, problem, out, props.multiProcessorCount, stream);
+  p.counts = masked_m.has_value() ? static_cast<const int32_t*>(masked_m->const_data_ptr()) : nullptr;
   const sm90::LaunchResult r = launch(kernel, p, a);  // the tables and CUTLASS's workspace from the caching allocator
-  FP8EXT_CHECK(r.ok, "fp8ext.scaled_grouped_mm: CUTLASS kernel '", kernel.name, "' failed at ", r.stage, ": ",
-               r.detail, " (G=", problem.groups, ", M=", problem.M, ", N=", problem.N, ", K=", problem.K, ")");
+  FP8EXT_CHECK(r.ok, op, ": CUTLASS kernel '", kernel.name, "' failed at ", r.stage, ": ", r.detail,
+               " (G=", problem.groups, ", M=", problem.M, ", N=", problem.N, ", K=", problem.K, ")");
   return out;
+}
+
+Tensor scaled_grouped_mm_cuda(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, std::optional<Tensor> offs,
+                              std::optional<Tensor> bias, std::optional<ScalarType> out_dtype, bool use_fast_accum) {
+  return run_grouped(a, b, scale_a, scale_b, offs, std::nullopt, bias, out_dtype, use_fast_accum, std::nullopt);
+}
+
+Tensor scaled_grouped_mm_masked_cuda(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor masked_m,
+                                     std::optional<Tensor> bias, std::optional<ScalarType> out_dtype,
+                                     bool use_fast_accum, std::optional<int64_t> expected_m) {
+  return run_grouped(a, b, scale_a, scale_b, std::nullopt, masked_m, bias, out_dtype, use_fast_accum, expected_m);
 }
 
 std::vector<std::string> grouped_kernel_names() {
@@ -125,7 +144,10 @@ std::vector<std::string> grouped_kernel_names() {
 
 }  // namespace
 
-STABLE_TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) { m.impl("scaled_grouped_mm", TORCH_BOX(&scaled_grouped_mm_cuda)); }
+STABLE_TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) {
+  m.impl("scaled_grouped_mm", TORCH_BOX(&scaled_grouped_mm_cuda));
+  m.impl("scaled_grouped_mm_masked", TORCH_BOX(&scaled_grouped_mm_masked_cuda));
+}
 
 STABLE_TORCH_LIBRARY_IMPL(fp8ext, CompositeExplicitAutograd, m) {
   m.impl("_grouped_kernel_names", TORCH_BOX(&grouped_kernel_names));

@@ -1,7 +1,8 @@
 // Every op's schema, and the Python module that loads them. The backends register themselves beside their code:
 //
 //   scaled_mm            CPU: reference/scaled_mm_cpu.cpp; CUDA: scaled_mm_cuda.cpp (the routing)
-//   scaled_grouped_mm    CPU: reference/scaled_grouped_mm_cpu.cpp; CUDA: scaled_grouped_mm_cuda.cpp
+//   scaled_grouped_mm    CPU: reference/scaled_grouped_mm_cpu.cpp; CUDA: scaled_grouped_mm_cuda.cpp; and
+//   scaled_grouped_mm_masked likewise
 //   linear               CUDA: linear_cuda.cpp; its CPU backend is the two ops in turn (python/fp8ext/ops.py)
 //   quantize_rowwise     CPU: quantize/quantize_rowwise_op.cpp; CUDA: quantize/quantize_rowwise_cuda.cpp
 //   quantize_blockwise   (1 x 128 groups) likewise, quantize/quantize_blockwise_op.cpp and _cuda.cpp
@@ -32,7 +33,11 @@ STABLE_TORCH_LIBRARY(fp8ext, m) {
       "_check_scaled_grouped_mm_meta(int[] a, ScalarType a_dtype, Device a_device, int[] b, ScalarType b_dtype, "
       "Device b_device, int[] scale_a, ScalarType scale_a_dtype, Device scale_a_device, int[] scale_b, "
       "ScalarType scale_b_dtype, Device scale_b_device, int[]? offs, ScalarType? offs_dtype, Device? offs_device, "
-      "int[]? bias, ScalarType? bias_dtype, Device? bias_device, ScalarType? out_dtype) -> ()");
+      "int[]? bias, ScalarType? bias_dtype, Device? bias_device, ScalarType? out_dtype, int[]? masked_m=None, "
+      "ScalarType? masked_m_dtype=None, Device? masked_m_device=None) -> ()");
+  m.def(
+      "scaled_grouped_mm_masked(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor masked_m, "
+      "Tensor? bias=None, ScalarType? out_dtype=None, bool use_fast_accum=False, int? expected_m=None) -> Tensor");
   m.def("quantize_rowwise(Tensor x, ScalarType? dtype=None, float? scale_ub=None) -> (Tensor, Tensor)");
   m.def(
       "_check_quantize_rowwise_meta(int[] sizes, int[] strides, ScalarType x_dtype, ScalarType? dtype, "

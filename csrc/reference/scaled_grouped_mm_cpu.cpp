@@ -1,7 +1,8 @@
-// The CPU backend of scaled_grouped_mm: each group is the scaled_mm reference (scaled_mm_reference.h) on views of
-// the group's rows, depth and scales, written into its part of the output. Rows of a 2d x 3d output past the last
-// offset belong to no group and are zero, as are the groups of a 2d x 2d call whose K slice is empty (plus their
-// bias). The offsets are read on the host here, so this backend also checks their values.
+// The CPU backends of scaled_grouped_mm and scaled_grouped_mm_masked: each group is the scaled_mm reference
+// (scaled_mm_reference.h) on views of the group's rows, depth and scales, written into its part of the output. Rows
+// of a 2d x 3d output past the last offset belong to no group and are zero, as are the groups of a 2d x 2d call
+// whose K slice is empty (plus their bias); a masked group's rows past its count are not written. The offsets and
+// counts are read on the host here, so this backend also checks their values.
 #include <optional>
 
 #include <torch/csrc/stable/library.h>
@@ -69,8 +70,28 @@ Tensor scaled_grouped_mm_cpu(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b,
   return out;
 }
 
+Tensor scaled_grouped_mm_masked_cpu(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor masked_m,
+                                    std::optional<Tensor> bias, std::optional<ScalarType> out_dtype,
+                                    bool /*use_fast_accum*/, std::optional<int64_t> /*expected_m: a kernel hint*/) {
+  const GroupedMmProblem p =
+      check_scaled_grouped_mm_args(a, b, scale_a, scale_b, std::nullopt, bias, out_dtype, masked_m);
+  const auto* counts = static_cast<const int32_t*>(masked_m.const_data_ptr());
+  check_masked_counts(counts, p);
+  Tensor out = new_grouped_output(a, p);
+  for (int64_t g = 0; g < p.groups; ++g) {
+    const int64_t rows = counts[g];
+    const std::optional<Tensor> bias_g = bias.has_value() ? std::optional<Tensor>(group_of(*bias, g)) : std::nullopt;
+    run_group(part(group_of(out, g), 0, 0, rows), part(group_of(a, g), 0, 0, rows), group_of(b, g),
+              part(group_of(scale_a, g), 0, 0, rows), group_of(scale_b, g), bias_g, p.group(rows, p.K));
+  }
+  return out;
+}
+
 }  // namespace
 
-STABLE_TORCH_LIBRARY_IMPL(fp8ext, CPU, m) { m.impl("scaled_grouped_mm", TORCH_BOX(&scaled_grouped_mm_cpu)); }
+STABLE_TORCH_LIBRARY_IMPL(fp8ext, CPU, m) {
+  m.impl("scaled_grouped_mm", TORCH_BOX(&scaled_grouped_mm_cpu));
+  m.impl("scaled_grouped_mm_masked", TORCH_BOX(&scaled_grouped_mm_masked_cpu));
+}
 
 }  // namespace fp8ext

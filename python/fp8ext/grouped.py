@@ -1,4 +1,5 @@
-"""fp8ext.scaled_grouped_mm: G scaled FP8 matrix products in one call, for mixture-of-experts layers.
+"""fp8ext.scaled_grouped_mm and scaled_grouped_mm_masked: G scaled FP8 matrix products in one call, for
+mixture-of-experts layers.
 
 The contract (layouts, scale shapes, what is checked) is written once, in csrc/ops/grouped_checks.h; the CPU
 backend is the scaled_mm reference per group (csrc/reference/scaled_grouped_mm_cpu.cpp). This module holds the
@@ -13,6 +14,7 @@ import torch
 from .ops import _operands_meta, _refuse_missing, _register_autograd_guard, _run_check
 
 GROUPED_TENSORS = ("a", "b", "scale_a", "scale_b", "offs", "bias")
+MASKED_TENSORS = ("a", "b", "scale_a", "scale_b", "masked_m", "bias")
 
 
 def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
@@ -65,4 +67,30 @@ def _scaled_grouped_mm_fake(a, b, scale_a, scale_b, offs=None, bias=None, out_dt
     return a.new_empty(_output_shape(a, b, offs), dtype=torch.bfloat16 if out_dtype is None else out_dtype)
 
 
+def scaled_grouped_mm_masked(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                             masked_m: torch.Tensor, bias: Optional[torch.Tensor] = None,
+                             out_dtype: Optional[torch.dtype] = None, use_fast_accum: bool = False,
+                             expected_m: Optional[int] = None) -> torch.Tensor:
+    """The masked form of scaled_grouped_mm, for decode under CUDA graphs (fixed shapes, counts on the device):
+    ``a [G, M_max, K]``, ``b [G, K, N]`` and the 3d x 3d layout's scales (row-wise ``[G, M_max]`` and ``[G, N]``,
+    or block-wise), with ``masked_m [G]`` int32: group g computes its first ``masked_m[g]`` rows. The output is
+    ``[G, M_max, N]``; the rows past each group's count are not written (their values are undefined).
+    ``expected_m``: a hint, the rows a group usually holds, for the choice of kernel (default M_max). The counts
+    are checked (within [0, M_max]) where they are read on the host (CPU); on CUDA, out-of-range counts are clamped.
+    """
+    return torch.ops.fp8ext.scaled_grouped_mm_masked(a, b, scale_a, scale_b, masked_m, bias, out_dtype,
+                                                     use_fast_accum, expected_m)
+
+
+@torch.library.register_fake("fp8ext::scaled_grouped_mm_masked")
+def _scaled_grouped_mm_masked_fake(a, b, scale_a, scale_b, masked_m, bias=None, out_dtype=None,
+                                   use_fast_accum=False, expected_m=None):
+    _refuse_missing("fp8ext.scaled_grouped_mm_masked", MASKED_TENSORS[:5], (a, b, scale_a, scale_b, masked_m))
+    moved = {}
+    meta = _operands_meta(GROUPED_TENSORS + ("masked_m",), (a, b, scale_a, scale_b, None, bias, masked_m), moved)
+    _run_check(torch.ops.fp8ext._check_scaled_grouped_mm_meta, *meta[:18], out_dtype, *meta[18:], moved=moved)
+    return a.new_empty(_output_shape(a, b, None), dtype=torch.bfloat16 if out_dtype is None else out_dtype)
+
+
 _register_autograd_guard("scaled_grouped_mm", GROUPED_TENSORS, 4)
+_register_autograd_guard("scaled_grouped_mm_masked", MASKED_TENSORS, 5)

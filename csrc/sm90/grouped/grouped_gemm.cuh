@@ -14,12 +14,12 @@
 // narrow N side.
 //
 // Group sizes live on the device (offs), so nothing here reads them on the host: the prologue computes each group's
-// start, size, pointers, strides and scale layouts from offs and the base pointers, clamping offsets into
-// [0, extent] so that bad values never reach memory outside the tensors (their values are the caller's to get right
-// on CUDA; the CPU backend checks them). Groups without rows cost nothing (CUTLASS's grouped scheduler visits no tile
-// of them). The prologue also writes what no GEMM tile writes: zeros in the rows of a 2d x 3d output past the last
-// offset, and the bias (or zeros) of a group of depth 0 (a 2d x 2d group whose K slice is empty, or K = 0), which
-// gets no tile, as a K of 0 would leave the accumulators unset.
+// start, size, pointers, strides and scale layouts from offs (or a masked call's row counts) and the base pointers,
+// clamping offsets and counts into [0, extent] so that bad values never reach memory outside the tensors (their values
+// are the caller's to get right on CUDA; the CPU backend checks them). Groups without rows cost nothing (CUTLASS's
+// grouped scheduler visits no tile of them). The prologue also writes what no GEMM tile writes: zeros in the rows of a
+// 2d x 3d output past the last offset, and the bias (or zeros) of a group of depth 0 (a 2d x 2d group whose K slice is
+// empty, or K = 0), which gets no tile, as a K of 0 would leave the accumulators unset.
 // Only this header and the generated kernels/ include CUTLASS; nothing here includes libtorch.
 #pragma once
 
@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(kPrologueThreads) grouped_prologue(GroupedPara
   grouped_detail::Group<Element, ElementD> grp;
   grp.start = (p.offs == nullptr || g == 0) ? 0 : clamped(p.offs[g - 1], 0, extent);
   const int64_t end = p.offs == nullptr ? extent : clamped(p.offs[g], grp.start, extent);
-  grp.rows = p.form == GroupedForm::k2d3d ? end - grp.start : p.M;
+  grp.rows = p.form == GroupedForm::k2d3d ? end - grp.start : p.counts != nullptr ? clamped(p.counts[g], 0, p.M) : p.M;
   grp.depth = along_k ? end - grp.start : p.K;
   grp.out = out + (p.form == GroupedForm::k2d3d ? grp.start * p.N : g * p.M * p.N);
   if (grp.depth == 0) {  // rows that no tile writes: bias or zeros

@@ -38,7 +38,8 @@ struct GroupedParams {
   int64_t lda = 0, a_group_stride = 0;
   const void* b = nullptr;  // fp8 e4m3, b(k, j) at b + g * b_group_stride + j * ldb + k
   int64_t ldb = 0, b_group_stride = 0;
-  const int32_t* offs = nullptr;  // G end offsets on the device (2d x 3d, 2d x 2d), else nullptr
+  const int32_t* offs = nullptr;    // G end offsets on the device (2d x 3d, 2d x 2d), else nullptr
+  const int32_t* counts = nullptr;  // masked 3d x 3d: G row counts on the device (the rows past them are not written)
   void* out = nullptr;            // contiguous, element type = the kernel's OutType
 
   // Row-wise: scale_a(g, i) at scale_a + g * scale_a_group_stride + i * sa_stride_m (2d x 3d: the row index is
