@@ -21,12 +21,12 @@
 # with the stage selftest also, first, tests/test_blockwise_selftest.py), sanitize (tools/sanitize.sh), compile
 # (fp8ext.compile: tests/test_compile_gpu.py, then the compile suite with FP8EXT_COMPILE_ARGS, e.g. "--no-models
 # --shape-rows 0:8", "--no-shapes --model-layers 8", or "--gpus 0 --fanout-deadline-s 480" for every GPU of the host,
-# a process each; a fresh inductor cache for each run), grouped (fp8ext.scaled_grouped_mm: tests/test_grouped_gpu.py,
-# then the grouped suite with FP8EXT_GROUPED_ARGS). Each of inductor, invariance, host, floor, autotune, decode-chain,
-# edge, model, quantize, linear, compile and grouped is `python -m fp8ext.bench --suite NAME` (NAME inductor-peer for
-# inductor), its record in $OUT_DIR/NAME.json and its output in $OUT_DIR/NAME.log. Wheels that the machine lacks
-# (nvidia-cutlass for the headers) may be placed in .whl/; they are installed to a private prefix first. The build is
-# in place and incremental (build/ is reused when the machine is still warm).
+# a process each; a fresh inductor cache for each run), grouped (fp8ext.scaled_grouped_mm: tests/test_grouped_gpu.py
+# and tests/test_moe_gpu.py, then the grouped suite with FP8EXT_GROUPED_ARGS). Each of inductor, invariance, host,
+# floor, autotune, decode-chain, edge, model, quantize, linear, compile and grouped is `python -m fp8ext.bench --suite
+# NAME` (NAME inductor-peer for inductor), its record in $OUT_DIR/NAME.json and its output in $OUT_DIR/NAME.log.
+# Wheels that the machine lacks (nvidia-cutlass for the headers) may be placed in .whl/; they are installed to a
+# private prefix first. The build is in place and incremental (build/ is reused when the machine is still warm).
 #
 # Wheel mode: FP8EXT_WHEEL=path/to/fp8ext-<version>-cp310-abi3-linux_x86_64.whl makes the build stage install that
 # wheel (pip install --no-deps --force-reinstall, into $PYTHON's environment) instead of building, and every stage
@@ -175,13 +175,15 @@ probe() {
     || { tail -30 "$OUT_DIR/$name.log"; exit 1; }
 }
 
-# A stage's GPU tests (file $2, run from /tmp so that the installed fp8ext is the one tested; a failure is reported
-# and the suite still runs), then `probe $1` with the remaining arguments.
+# A stage's GPU tests (the files in $2, run from /tmp so that the installed fp8ext is the one tested; a failure is
+# reported and the suite still runs), then `probe $1` with the remaining arguments.
 tests_then_probe() {
-  local name=$1 tests=$2
+  local name=$1 t
+  local -a paths=()
+  for t in $2; do paths+=("$PWD/$t"); done
   shift 2
   set +e
-  (cd /tmp && $PY -m pytest -q -p no:cacheprovider -rfs "$OLDPWD/$tests") >"$OUT_DIR/pytest-$name.log" 2>&1
+  (cd /tmp && $PY -m pytest -q -p no:cacheprovider -rfs "${paths[@]}") >"$OUT_DIR/pytest-$name.log" 2>&1
   echo "$name pytest exit code $?"
   set -e
   tail -3 "$OUT_DIR/pytest-$name.log"
@@ -240,7 +242,7 @@ fi
 
 if [[ $STAGES == *,grouped,* ]]; then
   # fp8ext.scaled_grouped_mm: its GPU tests, then the grouped suite (FP8EXT_GROUPED_ARGS, e.g. "--tokens 1,128").
-  tests_then_probe grouped tests/test_grouped_gpu.py ${FP8EXT_GROUPED_ARGS:-}
+  tests_then_probe grouped "tests/test_grouped_gpu.py tests/test_moe_gpu.py" ${FP8EXT_GROUPED_ARGS:-}
   sed -n '/grouped summary/,$p' "$OUT_DIR/grouped.log"
 fi
 
