@@ -94,3 +94,16 @@ def test_a_compiled_experts_layer_equals_the_eager_one():
     weights = torch.rand(5, 2, generator=gen)
     compiled = torch.compile(f8, backend="aot_eager", fullgraph=True)
     assert torch.equal(compiled(x, index, weights), f8(x, index, weights))
+
+
+def test_a_dtype_cast_of_the_converted_model_keeps_the_experts_fp8_weights():
+    model = tiny("mixtral")
+    report = fp8ext.convert(model)
+    experts = model.get_submodule(report.experts[0][0])
+    before = [p.clone() for p in (experts.gate_up_weight, experts.gate_up_scale)]
+    model.to(torch.bfloat16)
+    assert experts.gate_up_weight.dtype == torch.float8_e4m3fn and experts.down_scale.dtype == torch.float32
+    assert torch.equal(experts.gate_up_weight.view(torch.uint8), before[0].view(torch.uint8))
+    assert torch.equal(experts.gate_up_scale, before[1])
+    with torch.no_grad():
+        assert torch.isfinite(model(torch.randint(0, 128, (1, 5))).logits).all()

@@ -23,6 +23,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from ._cast import keeping_dtypes
 from .grouped import scaled_grouped_mm
 from .quantize import quantize_rowwise
 
@@ -83,6 +84,11 @@ class Float8Experts(nn.Module):
             q, s = _quantized(experts.down_proj)
             self.down_weight = nn.Parameter(q, requires_grad=False)
             self.down_scale = nn.Parameter(s, requires_grad=False)
+
+    def _apply(self, fn, recurse=True):
+        # A dtype cast of the model leaves the FP8 weights and their scales as they are (fp8ext._cast).
+        quantized = (self.gate_up_weight, self.gate_up_scale, self.down_weight, self.down_scale)
+        return super()._apply(keeping_dtypes(fn, quantized), recurse)
 
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                 top_k_weights: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
+from ._cast import keeping_dtypes
 from .moe import Float8Experts, experts_problem, is_stacked_experts
 from .quantize import quantize_rowwise
 
@@ -102,21 +103,8 @@ class Float8Linear(nn.Module):
         return module
 
     def _apply(self, fn, recurse=True):
-        # nn.Module's dtype casts (.to(dtype), .half(), .bfloat16(), .float(), .double(), .type()) convert every
-        # floating-point parameter, and FP8 counts as one: the weight would leave FP8 (which the forward refuses)
-        # and weight_scale would be rounded. As torchao's FP8 weights (tensor subclasses) do, the quantized
-        # weight and its scale keep their dtypes through a cast, which the rest of the model takes: that is how a
-        # converted model, with its embeddings and norms, is run in another dtype; refusing the cast would leave
-        # no way to. Device moves and every other fn apply to them as usual.
-        quantized = (self.weight, self.weight_scale)
-
-        def keep_quantized_dtypes(t):
-            if t is not quantized[0] and t is not quantized[1]:
-                return fn(t)
-            probe = fn(t.new_empty(0))  # what fn does to this dtype and device, without converting the weight
-            return fn(t) if probe.dtype == t.dtype else t.to(device=probe.device)
-
-        return super()._apply(keep_quantized_dtypes, recurse)
+        # A dtype cast leaves the FP8 weight and its scale as they are (fp8ext._cast); the bias takes it.
+        return super()._apply(keeping_dtypes(fn, (self.weight, self.weight_scale)), recurse)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         for name, dtype, hint in (("weight", E4M3, "; load the unconverted model's state dict before "
