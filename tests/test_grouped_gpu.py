@@ -174,3 +174,21 @@ def test_a_masked_call_against_float64_and_replayed_with_new_counts(blockwise, e
         counts.copy_(torch.tensor(sizes, dtype=torch.int32))
         graph.replay()
         check(captured, f"replay {sizes}")
+
+
+@pytest.mark.parametrize("kernel", sorted(kernel_names()) if torch.cuda.is_available() else ["<no GPU>"])
+@pytest.mark.parametrize("case", ["2d3d decode-sized groups", "3d3d large M", "2d2d small M, an empty K slice",
+                                  "2d3d block-wise, large groups"])
+def test_every_kernel_by_name_against_float64(kernel, case):
+    args, kw = on(DEV, GPU_CASES[case]())
+    blockwise = args[2].dim() == args[0].dim()
+    if kernel.startswith("grp_bw_") != blockwise:
+        with pytest.raises(RuntimeError, match="takes (row|block)-wise scales, the call has"):
+            torch.ops.fp8ext._scaled_grouped_mm_with_kernel(*args, kw.get("offs"), kw.get("bias"), None, True,
+                                                            kernel)
+        return
+    fast = "_fast_" in kernel
+    out = torch.ops.fp8ext._scaled_grouped_mm_with_kernel(*args, kw.get("offs"), kw.get("bias"), None, fast, kernel)
+    for g, (part, (a, b, sa, sb, bias)) in enumerate(groups(args, kw)):
+        if a.numel() and b.numel():
+            check_against_reference(part(out), a, b, sa, sb, bias, use_fast_accum=fast, what=f"{kernel}: group {g}")

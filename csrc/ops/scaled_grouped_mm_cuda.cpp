@@ -4,7 +4,8 @@
 // the GPU and can be captured in a CUDA graph. Their values are the caller's to get right here (offs non-decreasing,
 // within a's rows or K_total, multiples of 16 along K; counts within [0, M]); values outside that range are
 // clamped, so no memory outside the tensors is touched. Also registers _grouped_kernel_names (the grouped kernels of
-// this build).
+// this build) and _scaled_grouped_mm_with_kernel (a call on a named kernel: the grouped suite times each kernel with
+// it, to fit the choice below).
 #include <optional>
 #include <string>
 #include <vector>
@@ -97,11 +98,23 @@ sm90::GroupedParams grouped_params(const Tensor& a, const Tensor& b, const Tenso
   return p;
 }
 
-// Both ops' CUDA path: the checked call, its output, the kernel and the launch. `masked_m`: a masked call's counts.
+// The named kernel, which must take the call's scales (block-wise kernels are named grp_bw_...).
+const sm90::GroupedKernelEntry& named_kernel(const GroupedMmProblem& p, const std::string& name) {
+  const sm90::GroupedKernelEntry* kernel = sm90::GroupedRegistry::find(name);
+  FP8EXT_CHECK(kernel != nullptr, "fp8ext._scaled_grouped_mm_with_kernel: no grouped kernel '", name,
+               "' in this build");
+  FP8EXT_CHECK((name.rfind("grp_bw_", 0) == 0) == p.blockwise, "fp8ext._scaled_grouped_mm_with_kernel: kernel '", name,
+               "' takes ", p.blockwise ? "row-wise" : "block-wise", " scales, the call has ",
+               p.blockwise ? "block-wise" : "row-wise", " ones");
+  return *kernel;
+}
+
+// Both ops' CUDA path: the checked call, its output, the kernel (`kernel_name`'s, else the choice above) and the
+// launch. `masked_m`: a masked call's counts.
 Tensor run_grouped(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                    const std::optional<Tensor>& offs, const std::optional<Tensor>& masked_m,
                    const std::optional<Tensor>& bias, std::optional<ScalarType> out_dtype, bool use_fast_accum,
-                   std::optional<int64_t> expected_m) {
+                   std::optional<int64_t> expected_m, const std::string& kernel_name = "") {
   const GroupedMmProblem problem =
       check_scaled_grouped_mm_args(a, b, scale_a, scale_b, offs, bias, out_dtype, masked_m);
   const char* op = problem.masked ? "fp8ext.scaled_grouped_mm_masked" : "fp8ext.scaled_grouped_mm";
@@ -114,7 +127,8 @@ Tensor run_grouped(const Tensor& a, const Tensor& b, const Tensor& scale_a, cons
                "this version, got ", dtype_name(problem.out_dtype), " (the CPU backend computes every output type)");
   Tensor out = new_grouped_output(a, problem);
   if (problem.M == 0 || problem.N == 0) return out;
-  const sm90::GroupedKernelEntry& kernel = grouped_kernel(problem, use_fast_accum, expected_m);
+  const sm90::GroupedKernelEntry& kernel =
+      kernel_name.empty() ? grouped_kernel(problem, use_fast_accum, expected_m) : named_kernel(problem, kernel_name);
   const cudaStream_t stream = current_cuda_stream(device);
   sm90::GroupedParams p =
       grouped_params(a, b, scale_a, scale_b, offs, bias, problem, out, props.multiProcessorCount, stream);
@@ -136,6 +150,13 @@ Tensor scaled_grouped_mm_masked_cuda(Tensor a, Tensor b, Tensor scale_a, Tensor 
   return run_grouped(a, b, scale_a, scale_b, std::nullopt, masked_m, bias, out_dtype, use_fast_accum, expected_m);
 }
 
+Tensor scaled_grouped_mm_with_kernel(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, std::optional<Tensor> offs,
+                                     std::optional<Tensor> bias, std::optional<ScalarType> out_dtype,
+                                     bool use_fast_accum, std::string kernel) {
+  return run_grouped(a, b, scale_a, scale_b, offs, std::nullopt, bias, out_dtype, use_fast_accum, std::nullopt,
+                     kernel);
+}
+
 std::vector<std::string> grouped_kernel_names() {
   std::vector<std::string> names;
   for (const auto& k : sm90::GroupedRegistry::all()) names.emplace_back(k.name);
@@ -147,6 +168,7 @@ std::vector<std::string> grouped_kernel_names() {
 STABLE_TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) {
   m.impl("scaled_grouped_mm", TORCH_BOX(&scaled_grouped_mm_cuda));
   m.impl("scaled_grouped_mm_masked", TORCH_BOX(&scaled_grouped_mm_masked_cuda));
+  m.impl("_scaled_grouped_mm_with_kernel", TORCH_BOX(&scaled_grouped_mm_with_kernel));
 }
 
 STABLE_TORCH_LIBRARY_IMPL(fp8ext, CompositeExplicitAutograd, m) {

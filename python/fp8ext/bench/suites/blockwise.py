@@ -159,7 +159,7 @@ def print_table(rows: list[dict]) -> None:
                 summary_title="geomean speed-up of fp8ext block-wise "
                 "(peer time / fp8ext time)", options={"--all-kernels": dict(action="store_true", help=(
                     "blockwise suite: also time every bf16 block-scaled kernel forced, on the tuning part or the "
-                    "--shapes rows"))},
+                    "--shapes rows; grouped suite: every grouped kernel by name"))},
                 defaults={"rep_ms": 60})
 def blockwise(args) -> dict:
     rows, torch_why = run_blockwise(blockwise_rows(args.split, args.shapes), Timer(rep_ms=args.rep_ms),

@@ -13,7 +13,8 @@ experts that received rows; block-wise (torch has no grouped form), a loop of fp
 torch._scaled_mm, block-wise, over those experts. A loop's per-expert views and scale copies are made before it is
 timed (the host knows the group sizes there); its launches are queued while the GPU is held, as for every peer.
 Times: the Timer (L2 flushed before each call, host held out, medians of interleaved turns); `tflops` counts
-2 x rows x N x K.
+2 x rows x N x K. With --all-kernels, every grouped kernel that takes the row's scales and accumulation is timed
+too, by name, in the same turns (`kernels_us`): the measurements that the kernel choice is fitted on.
 """
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def experts(a, b, sa, sb, sizes, blockwise: bool) -> list[tuple]:
 
 
 def row(timer: Timer, rounds: int, model: str, G: int, topk: int, N: int, K: int, tokens: int, routing: str,
-        accum: str, w, scales: dict) -> dict:
+        accum: str, w, scales: dict, kernels: list) -> dict:
     """One row; accum "blockwise" times block-wise scales (their mainloop promotes every K group)."""
     sizes = group_sizes(tokens, topk, G, routing)
     blockwise = accum == "blockwise"
@@ -85,12 +86,16 @@ def row(timer: Timer, rounds: int, model: str, G: int, topk: int, N: int, K: int
         fns["torch"] = lambda: [torch._scaled_mm(*e, out_dtype=out) for e in parts]
     else:
         fns["torch"] = lambda: torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=out, use_fast_accum=fast)
+    named = [k for k in kernels if k.startswith("grp_bw_") == blockwise and (blockwise or f"_{accum}_" in k)]
+    for k in named:
+        fns[k] = lambda k=k: torch.ops.fp8ext._scaled_grouped_mm_with_kernel(a, b, sa, sb, offs, None, None, fast, k)
     t = timed_or_failed(timer, fns, rounds)
     rows = sum(sizes)
     us = t.get("fp8ext")
     return {"model": model, "G": G, "tokens": tokens, "topk": topk, "N": N, "K": K, "routing": routing,
             "accum": "precise" if blockwise else accum, "scaling": "blockwise" if blockwise else "rowwise",
-            "rows": rows, "largest_group": max(sizes), "fp8ext_us": us,
+            "rows": rows, "rows_per_group": rows / G, "largest_group": max(sizes), "fp8ext_us": us,
+            "kernels_us": {k: t.get(k) for k in named},
             "torch_grouped_us": None if blockwise else t.get("torch"),
             "torch_loop_us": t.get("torch") if blockwise else None, "loop_us": t.get("loop"),
             "tflops": 2.0 * rows * N * K / (us * 1e-6) / 1e12 if isinstance(us, float) else None,
@@ -132,6 +137,8 @@ def grouped_suite(args) -> dict:
     accums = [x.strip() for x in args.accum.split(",")] if "rowwise" in args.scalings else []
     accums += ["blockwise"] if "blockwise" in args.scalings else []
     tokens = [int(x) for x in args.tokens.split(",")]
+    # --all-kernels is the blockwise suite's option, shared
+    kernels = list(torch.ops.fp8ext._grouped_kernel_names()) if args.all_kernels else []
     routings = [x.strip() for x in args.routings.split(",")]
     rows = []
     for model in (m.strip() for m in args.models.split(",")):
@@ -145,7 +152,8 @@ def grouped_suite(args) -> dict:
                 for n in tokens:
                     for routing in routings:
                         for accum in accums:
-                            got = row(timer, args.rounds, model, G, topk, N, K, n, routing, accum, w, scales)
+                            got = row(timer, args.rounds, model, G, topk, N, K, n, routing, accum, w, scales,
+                                      kernels)
                             rows.append(got)
                             if not args.quiet:
                                 print(f"{model} G={G} {N}x{K} {n} tokens {routing} {accum}: fp8ext "
