@@ -35,7 +35,7 @@ const char* layout_name(GroupedLayout l) {
 }
 
 void check_same_device(const TensorMeta& t, const char* arg, const TensorMeta& a) {
-  check_on_device_of("fp8ext.scaled_grouped_mm", t, arg, a, "a");
+  check_on_device_of(t_op, t, arg, a, "a");
 }
 
 // TMA reads a and b in 16-byte units: the base address, the leading dimension and (3-D) the group stride must be
@@ -47,7 +47,7 @@ void check_alignment(const TensorMeta& t, const char* arg, int64_t ld) {
     FP8EXT_CHECK_ARG(t.stride(0) % 16 == 0, arg, "the stride between groups (", t.stride(0),
                      " elements) must be a multiple of 16 elements (16 bytes) for TMA");
   }
-  check_address_aligned("fp8ext.scaled_grouped_mm", t, arg);
+  check_address_aligned(t_op, t, arg);
 }
 
 // a: row-major in its last two dimensions; b: column-major (w.transpose(-2, -1) of row-major weights).
@@ -228,7 +228,7 @@ GroupedMmProblem check_scaled_grouped_mm_meta(const TensorMeta& a, const TensorM
                      dtype_name(t.scalar_type()), "; pass bias.to(", dtype_name(out), ")");
     FP8EXT_CHECK_ARG(t.numel() <= 1 || (t.stride(1) == 1 && (G == 1 || t.stride(0) == N)), "bias",
                      "expected a contiguous tensor, got strides ", shape_str(t.strides()));
-    if (t.numel() > 0) check_address_aligned("fp8ext.scaled_grouped_mm", t, "bias");
+    if (t.numel() > 0) check_address_aligned(t_op, t, "bias");
   }
   return p;
 }
