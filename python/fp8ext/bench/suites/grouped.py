@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from ... import scaled_grouped_mm, scaled_mm
-from ..common import E4M3, geomean, ratio, timed_or_failed
+from ... import scaled_grouped_mm, scaled_grouped_mm_masked, scaled_mm
+from ..common import E4M3, geomean, guarded, ratio, timed_or_failed
 from ..registry import register_suite
 from ..timing import TIMER_METHOD, Timer
 
@@ -31,8 +31,19 @@ MODELS = {  # name: (expert counts, top-k, (N, K) of each projection)
     "qwen3-235b-a22b": ((128,), 8, ((3072, 4096), (4096, 1536))),
     "mixtral-8x22b": ((8,), 2, ((32768, 6144), (6144, 16384))),
 }
+# Other MoE models, the tuning set that the kernel choice is fitted on (with --all-kernels); the models above are
+# the set it is judged on, and the default.
+TUNING_MODELS = {
+    "olmoe-1b-7b": ((64,), 8, ((2048, 2048), (2048, 1024))),
+    "phi-3.5-moe": ((16,), 2, ((12800, 4096), (4096, 6400))),
+    "qwen2-57b-a14b": ((64,), 8, ((5120, 3584), (3584, 2560))),
+    "granite-3-moe-3b": ((40,), 8, ((1024, 1536), (1536, 512))),
+    "gpt-oss-120b": ((128,), 4, ((5760, 2880), (2880, 2880))),
+}
 TOKENS = (1, 16, 128, 1024, 8192)
 ROUTINGS = ("uniform", "zipf", "one")
+MASKED_M = (1, 2, 4, 8)  # decode: rows per expert of the masked rows (--masked)
+MASKED_CAPACITY = 16  # the masked input's rows per expert, of which m are valid
 
 
 def group_sizes(tokens: int, topk: int, G: int, routing: str, seed: int = 0) -> list[int]:
@@ -102,6 +113,40 @@ def row(timer: Timer, rounds: int, model: str, G: int, topk: int, N: int, K: int
             "vs_torch": ratio(t.get("torch"), us), "vs_loop": ratio(t.get("loop"), us)}
 
 
+def masked_row(timer: Timer, rounds: int, model: str, G: int, N: int, K: int, m: int, accum: str, w,
+               scales: dict) -> dict:
+    """The masked form for decode: every one of the G experts holds m rows of a [G, MASKED_CAPACITY, K] input
+    (masked_m = m each, expected_m = m), captured in a CUDA graph and timed as its replay; beside it, the same rows
+    as a contiguous call of fp8ext and (row-wise) of torch._scaled_grouped_mm, eager. weights_tb_s: the experts'
+    FP8 weights (G x N x K bytes) over the masked call's time."""
+    blockwise = accum == "blockwise"
+    fast = accum == "fast"
+    a = (torch.randn(G, MASKED_CAPACITY, K, device="cuda") * 2).to(E4M3)
+    shape = (G, MASKED_CAPACITY, -(-K // 128)) if blockwise else (G, MASKED_CAPACITY)
+    sa = torch.exp2(-9 + 4 * torch.rand(shape, device="cuda"))
+    counts = torch.full((G,), m, dtype=torch.int32, device="cuda")
+    b, sb = w.transpose(-2, -1), scales[blockwise]
+    call = lambda: scaled_grouped_mm_masked(a, b, sa, sb, counts, use_fast_accum=fast, expected_m=m)  # noqa: E731
+    call()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    a2, sa2 = a[:, :m].reshape(G * m, K), sa[:, :m].reshape(G * m, *shape[2:])
+    offs = torch.arange(1, G + 1, device="cuda", dtype=torch.int32) * m
+    fns = {"masked_graph": graph.replay,
+           "fp8ext": lambda: scaled_grouped_mm(a2, b, sa2.t().contiguous().t() if blockwise else sa2, sb, offs,
+                                               use_fast_accum=fast)}
+    if not blockwise:
+        fns["torch"] = lambda: torch._scaled_grouped_mm(a2, b, sa2, sb, offs=offs, out_dtype=torch.bfloat16,
+                                                        use_fast_accum=fast)
+    t = timed_or_failed(timer, fns, rounds)
+    us = t.get("masked_graph")
+    return {"model": model, "G": G, "rows_per_group": m, "N": N, "K": K, "accum": "precise" if blockwise else accum,
+            "scaling": "blockwise" if blockwise else "rowwise", "masked_us": us, "fp8ext_us": t.get("fp8ext"),
+            "torch_grouped_us": t.get("torch"),
+            "weights_tb_s": G * N * K / (us * 1e-6) / 1e12 if isinstance(us, float) else None}
+
+
 def summarize(rows: list[dict]) -> dict:
     out = {"rows": len(rows)}
     for scaling, accum, peer in (("rowwise", "fast", "torch._scaled_grouped_mm"),
@@ -125,13 +170,33 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
+def summarize_masked(rows: list) -> dict:
+    """The masked rows: the slowest weight read (TB/s) over the rows of 32 to 256 experts, per scaling."""
+    out = {"masked rows failed": sum(isinstance(r, str) for r in rows)}
+    for scaling in ("rowwise", "blockwise"):
+        got = [r for r in rows if isinstance(r, dict) and r["scaling"] == scaling and 32 <= r["G"] <= 256]
+        rates = [r["weights_tb_s"] for r in got if r["weights_tb_s"]]
+        if rates:
+            worst = min(got, key=lambda r: r["weights_tb_s"] or 0.0)
+            out[f"masked {scaling}, G 32-256: slowest weight read TB/s"] = (
+                f"{min(rates):.2f} ({worst['model']} G={worst['G']} {worst['N']}x{worst['K']} "
+                f"{worst['rows_per_group']} rows {worst['accum']})")
+    return out
+
+
 @register_suite("grouped", help="fp8ext.scaled_grouped_mm on MoE expert layers vs torch._scaled_grouped_mm and a "
                                 "loop over experts", defaults={"rep_ms": 60},
-                options={"--models": dict(default=",".join(MODELS), help="grouped suite: the models, comma-separated"),
+                options={"--models": dict(default=",".join(MODELS), help="grouped suite: the models, comma-separated ("
+                                                           f"judged: {', '.join(MODELS)}; tuning: "
+                                                           f"{', '.join(TUNING_MODELS)})"),
                          "--tokens": dict(default=",".join(map(str, TOKENS)),
                                           help="grouped suite: token counts (before top-k), comma-separated"),
                          "--routings": dict(default=",".join(ROUTINGS), help="grouped suite: uniform, zipf, one"),
-                         "--scalings": dict(default="rowwise,blockwise", help="grouped suite: rowwise, blockwise")})
+                         "--scalings": dict(default="rowwise,blockwise", help="grouped suite: rowwise, blockwise"),
+                         "--masked": dict(action="store_true", help="grouped suite: also the masked form for decode "
+                                          "(rows per expert 1, 2, 4, 8; replayed as a CUDA graph)"),
+                         "--no-contiguous": dict(action="store_true",
+                                                 help="grouped suite: leave the contiguous rows out (with --masked)")})
 def grouped_suite(args) -> dict:
     timer = Timer(rep_ms=args.rep_ms)
     accums = [x.strip() for x in args.accum.split(",")] if "rowwise" in args.scalings else []
@@ -140,16 +205,16 @@ def grouped_suite(args) -> dict:
     # --all-kernels is the blockwise suite's option, shared
     kernels = list(torch.ops.fp8ext._grouped_kernel_names()) if args.all_kernels else []
     routings = [x.strip() for x in args.routings.split(",")]
-    rows = []
+    rows, masked = [], []
     for model in (m.strip() for m in args.models.split(",")):
-        counts, topk, projections = MODELS[model]
+        counts, topk, projections = {**MODELS, **TUNING_MODELS}[model]
         for G in counts:
             for N, K in projections:
                 w = (torch.randn(G, N, K, device="cuda") * 2).to(E4M3)  # one expert set per shape, freshly drawn
                 scales = {False: torch.exp2(-9 + 4 * torch.rand(G, N, device="cuda")),  # row-wise [G, N]
                           True: torch.exp2(-9 + 4 * torch.rand(G, -(-N // 128), -(-K // 128), device="cuda"))
                           .transpose(-2, -1)}  # block-wise: the weights' [G, N/128, K/128] scales, transposed
-                for n in tokens:
+                for n in (() if args.no_contiguous else tokens):
                     for routing in routings:
                         for accum in accums:
                             got = row(timer, args.rounds, model, G, topk, N, K, n, routing, accum, w, scales,
@@ -159,7 +224,14 @@ def grouped_suite(args) -> dict:
                                 print(f"{model} G={G} {N}x{K} {n} tokens {routing} {accum}: fp8ext "
                                       f"{got['fp8ext_us']} us, torch {got['torch_grouped_us'] or got['torch_loop_us']}"
                                       f" us, loop {got['loop_us']} us", flush=True)
+                for m in (MASKED_M if args.masked else ()):
+                    for accum in accums:
+                        masked.append(guarded(lambda: masked_row(timer, args.rounds, model, G, N, K, m, accum, w,
+                                                                 scales)))
                 del w, scales
                 torch.cuda.empty_cache()
-    return {"method": __doc__.split("\n\n")[1].replace("\n", " ") + " " + TIMER_METHOD, "summary": summarize(rows),
-            "rows": rows}
+    summary = summarize(rows)
+    if args.masked:
+        summary.update(summarize_masked(masked))
+    return {"method": __doc__.split("\n\n")[1].replace("\n", " ") + " " + TIMER_METHOD, "summary": summary,
+            "rows": rows, "masked": masked}

@@ -95,7 +95,7 @@ def accuracy(outputs: dict, ref, metrics: Callable[[object, object], dict]) -> t
     return errs, top1
 
 
-def _prefill_row(models, batch, seq, vocab, device, timed, compiled, iters, rounds) -> dict:
+def prefill_row(models, batch, seq, vocab, device, timed, compiled, iters, rounds) -> dict:
     """`compiled`: {variant: the model under torch.compile} to time as well (empty: none)."""
     ids = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(seq)).to(device)
     keep = max(1, min(seq, TOP1_POSITIONS // batch))
@@ -133,7 +133,7 @@ def _graphs(steps: dict) -> tuple[dict, dict]:
             {n: g for n, g in graphs.items() if isinstance(g, str)})
 
 
-def _decode_row(models, batch, ctx, vocab, device, timed, iters, rounds, compiled=None, ceiling=None) -> dict:
+def decode_row(models, batch, ctx, vocab, device, timed, iters, rounds, compiled=None, ceiling=None) -> dict:
     """`compiled`: {variant: the model under torch.compile}, whose decode step is also timed as a CUDA graph
     ("compiled_graph": inductor fuses the layers' small kernels, the graph removes the launches). `ceiling`: the
     linears_omitted model, timed beside the variants as CEILING (no accuracy: its outputs are garbage)."""
@@ -185,28 +185,28 @@ def compare(config: str = "8b", layers: int = 2, vocab: int = LLAMA3_VOCAB, devi
     ceiling = llama_models.linears_omitted(models["fp8ext"]) if timed and "fp8ext" in models else None
     # The conversions left the replaced bf16 layers in the allocator's cache; every row after the first starts
     # after _free, so the first does too.
-    _free(device)
+    free_memory(device)
     result = {"config": config, "shapes": CONFIGS[config], "layers": layers, "vocab": vocab, "ctx": ctx,
               "attention": attention,
               "convert": report, "variants": list(models), "variant_errors": variant_errors,
               "prefill": [], "decode": []}
     with torch.inference_mode():
         for batch, seq in prefill_shapes:
-            row = guarded(lambda: _prefill_row(models, batch, seq, vocab, device, timed, under_compile, iters,
+            row = guarded(lambda: prefill_row(models, batch, seq, vocab, device, timed, under_compile, iters,
                                                rounds))
             result["prefill"].append(row if isinstance(row, dict) else {"batch": batch, "seq": seq, "error": row})
-            _free(device)
+            free_memory(device)
         for batch in decode_batches:
-            row = guarded(lambda: _decode_row(models, batch, ctx, vocab, device, timed, iters, rounds,
+            row = guarded(lambda: decode_row(models, batch, ctx, vocab, device, timed, iters, rounds,
                                               under_compile, ceiling))
             result["decode"].append(row if isinstance(row, dict) else {"batch": batch, "error": row})
-            _free(device)
+            free_memory(device)
     del models, model, under_compile, ceiling
-    _free(device)
+    free_memory(device)
     return result
 
 
-def _free(device) -> None:
+def free_memory(device) -> None:
     gc.collect()
     if torch.device(device).type == "cuda":
         torch.cuda.empty_cache()
@@ -369,7 +369,7 @@ def model(args) -> dict:
                                       compile_variants=[v.strip() for v in args.compile_variants.split(",")],
                                       fused=not args.no_fused, attention=args.attention, **shapes))
         results.append(res if isinstance(res, dict) else {"config": config, "error": res})
-        _free("cuda")
+        free_memory("cuda")
         if not args.quiet:
             print(f"{config}: done", flush=True)
     return {"method": method(args), "summary": summarize(results), "rows": flat_rows(results), "results": results}
