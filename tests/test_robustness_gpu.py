@@ -320,3 +320,20 @@ print("warnings", [str(w.message) for w in caught if "compute capability 8.6" in
     said = line + r.stderr
     assert said.count("has no fp8ext kernels, which need compute capability 9.0") == 1, said[-3000:]
     assert "float32 reference path" in said
+
+
+@pytest.mark.parametrize("use_fast_accum", [True, False])
+def test_a_backstop_shape_whose_scales_start_mid_vector_runs(use_fast_accum):
+    """A loop over an MoE layer's experts passes views: a group's scale_a starts one float past a 16-byte boundary.
+    torch's row-wise path failed such calls on the H200, so the backstop leaves them to fp8ext's kernels."""
+    shapes = [(m, n, k) for m in (2048, 4096, 8192) for n, k in ((4096, 7168), (7168, 2048), (8192, 8192))]
+    shape = next((s for s in shapes if fp8ext.selected_kernel(*s, use_fast_accum=use_fast_accum)
+                  == "torch._scaled_mm"), None)
+    if shape is None:
+        pytest.skip("no shape here that the dispatch hands to torch")
+    M, N, K = shape
+    a, b, sa, sb = random_operands(M + 1, N, K, device=DEV)
+    a, sa = a[1:], sa.view(-1)[1:]  # rows 1..M: scale_a's data 4 bytes past the allocation's start
+    assert sa.data_ptr() % 16 == 4
+    out = fp8ext.scaled_mm(a, b, sa.view(-1, 1), sb, out_dtype=torch.bfloat16, use_fast_accum=use_fast_accum)
+    check_against_reference(out, a, b, sa.view(-1, 1), sb, use_fast_accum=use_fast_accum, what=str(shape))

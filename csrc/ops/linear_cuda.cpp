@@ -53,9 +53,10 @@ Tensor linear_cuda(Tensor x, Tensor weight, Tensor weight_scale, std::optional<T
   if (routing_cc(props) == 90) {
     const sm90::ProblemKey key = problem_key(problem.M, problem.N, problem.K, problem.out_dtype, use_fast_accum,
                                              ScalarType::Float8_e4m3fn, ScalarType::Float8_e4m3fn);
-    // a is q viewed [M, K] (contiguous: lda = K), b the weight; both e4m3.
+    // a is q viewed [M, K] (contiguous: lda = K), b the weight; both e4m3. The activation's scales are the
+    // quantize's fresh output (aligned); the weight's may be a view.
     const bool torch_ok = torch_can_run(problem, ScalarType::Float8_e4m3fn, ScalarType::Float8_e4m3fn,
-                                        /*lda=*/problem.K, bias.has_value());
+                                        /*lda=*/problem.K, bias.has_value(), aligned16(weight_scale));
     std::string untuned_bucket;
     const sm90::Selection s = chosen_kernel(key, props, stream_is_capturing(stream), torch_ok, &untuned_bucket);
     if (s.choice && !s.torch_rowwise && untuned_bucket.empty()) {

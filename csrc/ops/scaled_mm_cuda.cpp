@@ -84,7 +84,8 @@ Tensor run_sm90(const Tensor& a, const Tensor& b, const Tensor& scale_a, const T
   const sm90::Selection selection =
       named ? sm90::Selection{named}
             : chosen_kernel(key, props, capturing,
-                            torch_can_run(problem, a.scalar_type(), b.scalar_type(), a.stride(0), bias.has_value()),
+                            torch_can_run(problem, a.scalar_type(), b.scalar_type(), a.stride(0), bias.has_value(),
+                                          aligned16(scale_a) && aligned16(scale_b)),
                             &untuned_bucket);
   sm90::KernelChoice choice = selection.choice;
   if (selection.torch_rowwise && untuned_bucket.empty()) {

@@ -53,11 +53,13 @@ Tensor tensorwise_via_torch(const Tensor& a, const Tensor& b, const Tensor& scal
 }
 
 bool torch_can_run(const ScaledMmProblem& problem, ScalarType a_dtype, ScalarType b_dtype, int64_t lda,
-                   bool has_bias) {
+                   bool has_bias, bool scales_aligned) {
   return problem.out_dtype == ScalarType::BFloat16 && a_dtype == ScalarType::Float8_e4m3fn &&
          b_dtype == ScalarType::Float8_e4m3fn && problem.scale_a_per_row && problem.scale_b_per_col && !has_bias &&
-         (problem.M == 1 || lda == problem.K);
+         (problem.M == 1 || lda == problem.K) && scales_aligned;
 }
+
+bool aligned16(const Tensor& t) { return reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0; }
 
 Tensor rowwise_via_torch(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                          const ScaledMmProblem& problem, bool use_fast_accum) {

@@ -18,10 +18,15 @@ Tensor tensorwise_via_torch(const Tensor& a, const Tensor& b, const Tensor& scal
 
 // Whether torch._scaled_mm's row-wise path can take this call exactly as given, so that the backstop may hand it
 // over: bf16 output, e4m3 operands, one scale per row and per column, no bias, `a` without a padded leading
-// dimension (lda, the stride between a's rows, is K). From plain facts, so that fp8ext.linear, whose `a` is
-// the quantize's output and not a tensor it holds, asks the same question.
+// dimension (lda, the stride between a's rows, is K), and both scale vectors starting on a 16-byte boundary
+// (scales_aligned: on the H200, torch 2.11 failed calls whose scale_a was a view starting mid-vector, as a loop
+// over an MoE layer's experts makes them; fp8ext's kernels take any float address). From plain facts, so that
+// fp8ext.linear, whose `a` is the quantize's output and not a tensor it holds, asks the same question.
 bool torch_can_run(const ScaledMmProblem& problem, ScalarType a_dtype, ScalarType b_dtype, int64_t lda,
-                   bool has_bias);
+                   bool has_bias, bool scales_aligned);
+
+// Whether a tensor's data starts on a 16-byte boundary.
+bool aligned16(const Tensor& t);
 
 // The backstop: torch._scaled_mm row-wise on the same tensors (scales as (M, 1) and (1, N) views).
 Tensor rowwise_via_torch(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
