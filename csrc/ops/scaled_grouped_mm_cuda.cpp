@@ -20,6 +20,8 @@
 #include "ops/torch_calls.h"
 #include "sm90/grouped/grouped_params.h"
 
+#include "sm90/grouped/grouped_dispatch.inc"  // kSwapMaxRowsPerGroup_*
+
 namespace fp8ext {
 namespace {
 
@@ -33,15 +35,20 @@ sm90::GroupedForm to_form(GroupedLayout l) {
   }
 }
 
-// The kernel for a call, from what the host knows: groups that average 48 rows or fewer (MoE decode: a few tokens
-// per expert; a masked call's expected_m, else its M) on swapped tiles 32 tokens wide, where a group's tokens fill
-// the MMA's narrow N side; larger groups on the 128 x 128 cooperative tile. Block-wise scales are promoted and
+// The kernel for a call, from what the host knows: groups that average at most a fitted number of rows (MoE
+// decode: a few tokens per expert; a masked call's expected_m, else its M) on swapped tiles 32 tokens wide, where a
+// group's tokens fill the MMA's narrow N side; larger groups on the 128 x 128 cooperative tile. The limits, one per
+// family, come from tools/fit_grouped_dispatch.py (grouped_dispatch.inc). Block-wise scales are promoted and
 // scaled once per K group whatever use_fast_accum says, as in scaled_mm.
 const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool use_fast_accum,
                                                std::optional<int64_t> expected_m) {
-  const int64_t rows_per_group =
-      p.layout == GroupedLayout::k2d3d ? p.M / p.groups : (p.masked ? expected_m.value_or(p.M) : p.M);
-  const bool few = rows_per_group <= 48;
+  const double rows_per_group = p.layout == GroupedLayout::k2d3d
+                                    ? static_cast<double>(p.M) / static_cast<double>(p.groups)
+                                    : static_cast<double>(p.masked ? expected_m.value_or(p.M) : p.M);
+  const double limit = p.blockwise        ? kSwapMaxRowsPerGroup_blockwise
+                       : use_fast_accum   ? kSwapMaxRowsPerGroup_rowwise_fast
+                                          : kSwapMaxRowsPerGroup_rowwise_precise;
+  const bool few = rows_per_group <= limit;
   const std::string name =
       p.blockwise ? str(few ? "grp_bw_swap_coop_128x32x128_c1x1" : "grp_bw_coop_128x128x128_c1x1", "_bf16")
                   : str(few ? "grp_swap_pp_64x32x128_c1x1_" : "grp_coop_128x128x128_c1x1_",

@@ -1,0 +1,59 @@
+"""tools/fit_grouped_dispatch.py without a GPU: on rows whose best kernel changes at a known number of rows per group,
+the fitted limit falls between the rows either side of it; the written include holds each family's limit."""
+import json
+import random
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import fit_grouped_dispatch as fit  # noqa: E402
+
+KERNELS = {("rowwise", "fast"): ("grp_swap_pp_64x32x128_c1x1_fast_bf16", "grp_coop_128x128x128_c1x1_fast_bf16"),
+           ("rowwise", "precise"): ("grp_swap_pp_64x32x128_c1x1_precise_bf16",
+                                    "grp_coop_128x128x128_c1x1_precise_bf16"),
+           ("blockwise", "precise"): ("grp_bw_swap_coop_128x32x128_c1x1_bf16", "grp_bw_coop_128x128x128_c1x1_bf16")}
+
+
+def record(crossover: dict, seed: int = 0) -> dict:
+    """Rows of two models whose swapped kernel is faster below `crossover[family]` rows per group (random times,
+    the slower kernel 5-40% behind)."""
+    rng = random.Random(seed)
+    rows = []
+    for model in ("a", "b"):
+        for (scaling, accum), (swap, coop) in KERNELS.items():
+            limit = crossover[scaling if scaling == "blockwise" else f"{scaling}_{accum}"]
+            for per_group in (0.5, 2, 8, 20, 33, 60, 90, 200, 700):
+                fast = rng.uniform(5, 500)
+                slow = fast * rng.uniform(1.05, 1.4)
+                times = {swap: fast, coop: slow} if per_group <= limit else {swap: slow, coop: fast}
+                rows.append({"model": model, "scaling": scaling, "accum": accum, "rows": int(per_group * 16),
+                             "rows_per_group": per_group, "kernels_us": times})
+    return {"rows": rows}
+
+
+def test_the_fit_finds_each_familys_crossover(tmp_path, capsys):
+    crossover = {"rowwise_fast": 40, "rowwise_precise": 75, "blockwise": 20}
+    path = tmp_path / "tune.json"
+    path.write_text(json.dumps(record(crossover)))
+    for family, limit in crossover.items():
+        rows = fit.family_rows([json.loads(path.read_text())], family)
+        got = fit.fit(rows)
+        below = max(r["rows_per_group"] for r in rows if r["rows_per_group"] <= limit)
+        above = min(r["rows_per_group"] for r in rows if r["rows_per_group"] > limit)
+        assert below <= got < above, f"{family}: {got} not in [{below}, {above})"
+        assert fit.score(rows, got) == (1.0, 1.0)
+
+
+def test_the_include_holds_every_familys_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(fit, "INC", tmp_path / "grouped_dispatch.inc")
+    fit.write({"rowwise_fast": 46.5, "rowwise_precise": 61.5, "blockwise": 26.5})
+    text = fit.INC.read_text()
+    for line in ("kSwapMaxRowsPerGroup_rowwise_fast = 46.5;", "kSwapMaxRowsPerGroup_rowwise_precise = 61.5;",
+                 "kSwapMaxRowsPerGroup_blockwise = 26.5;"):
+        assert line in text
+
+
+def test_the_compiled_in_include_names_every_family():
+    text = (ROOT / "csrc" / "sm90" / "grouped" / "grouped_dispatch.inc").read_text()
+    assert all(f"kSwapMaxRowsPerGroup_{family} =" in text for family in fit.FAMILIES)
