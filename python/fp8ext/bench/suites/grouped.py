@@ -10,11 +10,16 @@ FP8 values and scales, the weights `w.transpose(-2, -1)` of [G, N, K] experts.
 
 Peers, on the same tensors: row-wise, torch._scaled_grouped_mm (CUTLASS) and a loop of fp8ext.scaled_mm over the
 experts that received rows; block-wise (torch has no grouped form), a loop of fp8ext.scaled_mm and a loop of
-torch._scaled_mm, block-wise, over those experts. A loop's per-expert views and scale copies are made before it is
+torch._scaled_mm, block-wise, over those experts, each expert's rows padded with zero rows to a multiple of 16
+for torch (cuBLASLt declines other row counts). A loop's per-expert views and scale copies are made before it is
 timed (the host knows the group sizes there); its launches are queued while the GPU is held, as for every peer.
 Times: the Timer (L2 flushed before each call, host held out, medians of interleaved turns); `tflops` counts
 2 x rows x N x K. With --all-kernels, every grouped kernel that takes the row's scales and accumulation is timed
 too, by name, in the same turns (`kernels_us`): the measurements that the kernel choice is fitted on.
+
+--models names the models above (judged: the default), others of TUNING_MODELS, the set that
+tools/fit_grouped_dispatch.py fits the kernel choice on, or EVEN_GROUPS (with --routings even). --masked adds the
+masked form's decode rows (masked_row).
 """
 from __future__ import annotations
 
@@ -40,17 +45,23 @@ TUNING_MODELS = {
     "granite-3-moe-3b": ((40,), 8, ((1024, 1536), (1536, 512))),
     "gpt-oss-120b": ((128,), 4, ((5760, 2880), (2880, 2880))),
 }
+# DeepGEMM's contiguous layout as it reports it: 4 groups of 8192 rows (--tokens 32768 --routings even).
+EVEN_GROUPS = {"deepgemm-4-groups": ((4,), 1, ((4096, 7168), (7168, 2048)))}
 TOKENS = (1, 16, 128, 1024, 8192)
 ROUTINGS = ("uniform", "zipf", "one")
+TORCH_BLOCKWISE_ROWS = 16  # the torch block-wise loop's experts padded to this many rows
 MASKED_M = (1, 2, 4, 8)  # decode: rows per expert of the masked rows (--masked)
 MASKED_CAPACITY = 16  # the masked input's rows per expert, of which m are valid
 
 
 def group_sizes(tokens: int, topk: int, G: int, routing: str, seed: int = 0) -> list[int]:
     """Rows per expert when `tokens` tokens each pick `topk` distinct experts: uniformly, by a Zipf law over a random
-    order of the experts, or (one) every row to expert 0 (top-k then counts the same token k times)."""
+    order of the experts, (one) every row to expert 0 (top-k then counts the same token k times), or (even) the same
+    number to each."""
     if routing == "one":
         return [tokens * topk] + [0] * (G - 1)
+    if routing == "even":
+        return [tokens * topk // G] * G
     gen = torch.Generator().manual_seed(seed)
     weights = torch.ones(G) if routing == "uniform" else 1.0 / torch.arange(1, G + 1).double() ** 1.2
     weights = weights[torch.randperm(G, generator=gen)]
@@ -82,6 +93,18 @@ def experts(a, b, sa, sb, sizes, blockwise: bool) -> list[tuple]:
     return out
 
 
+def padded(expert: tuple, multiple: int = TORCH_BLOCKWISE_ROWS) -> tuple:
+    """An expert's block-wise operands with zero rows (scale 1) appended up to a multiple of `multiple` rows: the
+    loop of torch._scaled_mm needs them (cuBLASLt declined groups of other sizes on the H200), made before timing."""
+    a, b, sa, sb = expert
+    pad = -a.shape[0] % multiple
+    if not pad:
+        return expert
+    a = torch.cat([a.view(torch.uint8), a.new_zeros((pad, a.shape[1]), dtype=torch.uint8)]).view(a.dtype)
+    sa = torch.cat([sa, sa.new_ones((pad, sa.shape[1]))]).t().contiguous().t()
+    return a, b, sa, sb
+
+
 def row(timer: Timer, rounds: int, model: str, G: int, topk: int, N: int, K: int, tokens: int, routing: str,
         accum: str, w, scales: dict, kernels: list) -> dict:
     """One row; accum "blockwise" times block-wise scales (their mainloop promotes every K group)."""
@@ -94,7 +117,8 @@ def row(timer: Timer, rounds: int, model: str, G: int, topk: int, N: int, K: int
     fns = {"fp8ext": lambda: scaled_grouped_mm(a, b, sa, sb, offs, use_fast_accum=fast),
            "loop": lambda: [scaled_mm(*e, out_dtype=out, use_fast_accum=fast) for e in parts]}
     if blockwise:
-        fns["torch"] = lambda: [torch._scaled_mm(*e, out_dtype=out) for e in parts]
+        torch_parts = [padded(e) for e in parts]
+        fns["torch"] = lambda: [torch._scaled_mm(*e, out_dtype=out) for e in torch_parts]
     else:
         fns["torch"] = lambda: torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=out, use_fast_accum=fast)
     named = [k for k in kernels if k.startswith("grp_bw_") == blockwise and (blockwise or f"_{accum}_" in k)]
@@ -191,7 +215,7 @@ def summarize_masked(rows: list) -> dict:
                                                            f"{', '.join(TUNING_MODELS)})"),
                          "--tokens": dict(default=",".join(map(str, TOKENS)),
                                           help="grouped suite: token counts (before top-k), comma-separated"),
-                         "--routings": dict(default=",".join(ROUTINGS), help="grouped suite: uniform, zipf, one"),
+                         "--routings": dict(default=",".join(ROUTINGS), help="grouped suite: uniform, zipf, one, even"),
                          "--scalings": dict(default="rowwise,blockwise", help="grouped suite: rowwise, blockwise"),
                          "--masked": dict(action="store_true", help="grouped suite: also the masked form for decode "
                                           "(rows per expert 1, 2, 4, 8; replayed as a CUDA graph)"),
@@ -207,7 +231,7 @@ def grouped_suite(args) -> dict:
     routings = [x.strip() for x in args.routings.split(",")]
     rows, masked = [], []
     for model in (m.strip() for m in args.models.split(",")):
-        counts, topk, projections = {**MODELS, **TUNING_MODELS}[model]
+        counts, topk, projections = {**MODELS, **TUNING_MODELS, **EVEN_GROUPS}[model]
         for G in counts:
             for N, K in projections:
                 w = (torch.randn(G, N, K, device="cuda") * 2).to(E4M3)  # one expert set per shape, freshly drawn
