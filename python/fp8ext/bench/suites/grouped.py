@@ -155,7 +155,7 @@ def masked_row(timer: Timer, rounds: int, model: str, G: int, N: int, K: int, m:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         call()
-    a2, sa2 = a[:, :m].reshape(G * m, K), sa[:, :m].reshape(G * m, *shape[2:])
+    a2, sa2 = a[:, :m].reshape(G * m, K).contiguous(), sa[:, :m].reshape(G * m, *shape[2:]).contiguous()
     offs = torch.arange(1, G + 1, device="cuda", dtype=torch.int32) * m
     fns = {"masked_graph": graph.replay,
            "fp8ext": lambda: scaled_grouped_mm(a2, b, sa2.t().contiguous().t() if blockwise else sa2, sb, offs,
