@@ -172,3 +172,40 @@ def test_requires_grad_is_refused_and_no_grad_works():
     assert out.requires_grad is False
     with torch.inference_mode():
         fp8ext.scaled_mm(a, b, sa, sb)
+
+
+def test_the_op_called_directly_refuses_grad_too():
+    a, b, sa, sb = make_inputs(16, 32, 64)
+    b.requires_grad_(True)
+    with pytest.raises(RuntimeError, match=r"^fp8ext.scaled_mm: b: requires grad, but fp8ext.scaled_mm is not"):
+        torch.ops.fp8ext.scaled_mm(a, b, sa, sb)
+
+
+def test_the_python_functions_skip_the_guard_and_compute_the_same(monkeypatch):
+    """The guard's redispatch is a second crossing between Python and C++ per call: the op called directly meets
+    it, the Python functions (their eager entry: the same checks, then the op below autograd) do not."""
+    redispatched = []
+    real = torch._ops.OpOverload.redispatch
+
+    def counting(self, *args, **kwargs):
+        redispatched.append(str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch._ops.OpOverload, "redispatch", counting)
+    a, b, sa, sb = make_inputs(16, 32, 64)
+    x = torch.randn(2, 16, 64)
+    w, ws = fp8ext.quantize_rowwise(torch.randn(32, 64))
+    for mode in (torch.enable_grad, torch.no_grad):
+        with mode():
+            ours = [fp8ext.scaled_mm(a, b, sa, sb), fp8ext.linear(x, w, ws), *fp8ext.quantize_rowwise(x),
+                    *fp8ext.quantize_blockwise(x[0])]
+            assert redispatched == []
+            direct = [torch.ops.fp8ext.scaled_mm(a, b, sa, sb), torch.ops.fp8ext.linear(x, w, ws),
+                      *torch.ops.fp8ext.quantize_rowwise(x), *torch.ops.fp8ext.quantize_blockwise(x[0])]
+            assert {"fp8ext.scaled_mm.default", "fp8ext.linear.default", "fp8ext.quantize_rowwise.default",
+                    "fp8ext.quantize_blockwise.default"} <= set(redispatched)
+            redispatched.clear()
+        for mine, theirs in zip(ours, direct):
+            assert not mine.requires_grad
+            assert torch.equal(mine.view(torch.uint8) if mine.dtype.itemsize == 1 else mine,
+                               theirs.view(torch.uint8) if theirs.dtype.itemsize == 1 else theirs)

@@ -75,7 +75,8 @@ Tensor linear_cuda(Tensor x, Tensor weight, Tensor weight_scale, std::optional<T
   }
   const Tensor a = st::view(*q.q, {problem.M, problem.K});
   const Tensor scale_a = st::view(*q.scale, {problem.M, 1});
-  const Tensor scale_b = weight_scale.dim() == 1 ? weight_scale : st::view(weight_scale, {problem.N});
+  // (1, N): the shape torch._scaled_mm takes, so that the backstop passes it on as it is.
+  const Tensor scale_b = st::view(weight_scale, {1, problem.N});
   const Tensor out = scaled_mm_cuda(a, st::transpose(weight, 0, 1), scale_a, scale_b, bias, problem.out_dtype,
                                     use_fast_accum);
   return x.dim() == 2 ? out : st::view(out, out_shape);

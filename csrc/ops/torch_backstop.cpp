@@ -63,8 +63,11 @@ bool aligned16(const Tensor& t) { return reinterpret_cast<std::uintptr_t>(t.data
 
 Tensor rowwise_via_torch(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                          const ScaledMmProblem& problem, bool use_fast_accum) {
-  return torch_scaled_mm(a, b, st::reshape(scale_a, {problem.M, 1}), st::reshape(scale_b, {1, problem.N}),
-                         std::nullopt, problem.out_dtype, use_fast_accum);
+  // torch takes row-wise scales as (M, 1) and (1, N); 2-D scales already are (the checks admit no other 2-D
+  // row-wise shape), and a reshape is a dispatcher call that an eager caller waits for.
+  return torch_scaled_mm(a, b, scale_a.dim() == 2 ? scale_a : st::reshape(scale_a, {problem.M, 1}),
+                         scale_b.dim() == 2 ? scale_b : st::reshape(scale_b, {1, problem.N}), std::nullopt,
+                         problem.out_dtype, use_fast_accum);
 }
 
 // Both flags above: torch 2.11 and no refusal yet.

@@ -47,7 +47,7 @@ def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, s
     kernels; float16/float32 output raises RuntimeError on CUDA in this version. On CPU, every form runs the
     float32 reference, group by group equal to ``scaled_mm``.
     """
-    return torch.ops.fp8ext.scaled_grouped_mm(a, b, scale_a, scale_b, offs, bias, out_dtype, use_fast_accum)
+    return _SCALED_GROUPED_MM(a, b, scale_a, scale_b, offs, bias, out_dtype, use_fast_accum)
 
 
 def _output_shape(a: torch.Tensor, b: torch.Tensor, offs: Optional[torch.Tensor]) -> tuple:
@@ -78,8 +78,7 @@ def scaled_grouped_mm_masked(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Te
     ``expected_m``: a hint, the rows a group usually holds, for the choice of kernel (default M_max). The counts
     are checked (within [0, M_max]) where they are read on the host (CPU); on CUDA, out-of-range counts are clamped.
     """
-    return torch.ops.fp8ext.scaled_grouped_mm_masked(a, b, scale_a, scale_b, masked_m, bias, out_dtype,
-                                                     use_fast_accum, expected_m)
+    return _SCALED_GROUPED_MM_MASKED(a, b, scale_a, scale_b, masked_m, bias, out_dtype, use_fast_accum, expected_m)
 
 
 @torch.library.register_fake("fp8ext::scaled_grouped_mm_masked")
@@ -99,5 +98,5 @@ if hasattr(torch.ops.fp8ext, "_scaled_grouped_mm_with_kernel"):  # a CUDA build:
         return _scaled_grouped_mm_fake(a, b, scale_a, scale_b, offs, bias, out_dtype, use_fast_accum)
 
 
-_register_autograd_guard("scaled_grouped_mm", GROUPED_TENSORS, 4)
-_register_autograd_guard("scaled_grouped_mm_masked", MASKED_TENSORS, 5)
+_SCALED_GROUPED_MM = _register_autograd_guard("scaled_grouped_mm", GROUPED_TENSORS, 4)
+_SCALED_GROUPED_MM_MASKED = _register_autograd_guard("scaled_grouped_mm_masked", MASKED_TENSORS, 5)

@@ -18,10 +18,10 @@ from torch import nn
 
 from ._cast import keeping_dtypes
 from .moe import Float8Experts, experts_problem, is_stacked_experts
+from .ops import _LINEAR
 from .quantize import quantize_rowwise
 
 E4M3 = torch.float8_e4m3fn
-_LINEAR = torch.ops.fp8ext.linear.default  # fp8ext.linear
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -30,8 +30,8 @@ def _fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tenso
     """Float8Linear's forward on (a view of) its parameters: fp8ext.linear, x quantized per token, bias fused."""
     if bias is not None and bias.dtype != x.dtype:
         bias = bias.to(x.dtype)  # the op's bias has the output's dtype
-    # The op takes 2-D and 3-D inputs; other ranks are flattened first. Its overload is called directly (not the
-    # Python wrapper, not the overload packet): an eager decode step is bound by the host's time per layer.
+    # The op takes 2-D and 3-D inputs; other ranks are flattened first. Its eager entry is called directly (not the
+    # Python wrapper): an eager decode step is bound by the host's time per layer.
     if x.dim() in (2, 3):
         return _LINEAR(x, weight, weight_scale, bias, use_fast_accum)
     out = _LINEAR(x.reshape(-1, weight.shape[1]), weight, weight_scale, bias, use_fast_accum)

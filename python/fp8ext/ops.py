@@ -66,7 +66,7 @@ def scaled_mm(
     reference path computes the call in tiles: float32 buffers of at most 64 MiB beyond the output, reused by
     every tile, while K <= 8M (plus one tile-sized temporary for a bias).
     """
-    return torch.ops.fp8ext.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
+    return _SCALED_MM(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
 
 
 def _size_hint(s) -> int:
@@ -212,7 +212,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bi
     saves the host a dispatcher round trip and the views between the two; ``Float8Linear`` runs on it.
     Bad arguments raise ``RuntimeError`` starting ``fp8ext.linear: <argument>:`` (docs/model_path.md).
     """
-    return torch.ops.fp8ext.linear(x, weight, weight_scale, bias, use_fast_accum)
+    return _LINEAR(x, weight, weight_scale, bias, use_fast_accum)
 
 
 def _check_linear(x, weight, weight_scale, bias) -> None:
@@ -239,14 +239,22 @@ def _linear_cpu(x, weight, weight_scale, bias=None, use_fast_accum=True):
     return out.view(*x.shape[:-1], N)
 
 
-# ---- The autograd guard of the ops ----
+# ---- The autograd guard of the ops, and their eager entries ----
 # The ops have no backward. Rather than return a result whose backward fails later (or silently has no grad_fn),
 # refuse at the call while grad mode would record it; under no_grad() and inference_mode() this passes. It is a
 # Python kernel at the Autograd key because the C++ side is on PyTorch's stable ABI, which can neither read
 # requires_grad nor redispatch below autograd. Under inference_mode() the autograd keys are skipped and it does
 # not run at all.
+#
+# A Python kernel inside the dispatcher costs the host two crossings between C++ and Python per call (the
+# arguments boxed into Python objects and parsed back), which is more than all of torch._scaled_mm's host work
+# in front of cuBLASLt. So the Python functions (fp8ext.scaled_mm, linear, the quantizes, the grouped ops and the
+# layers built on them) do not go through it: their eager entry makes the guard's checks in Python and calls the
+# op with the autograd keys excluded, as torch's own autograd kernels call the op below them. The op called
+# directly (torch.ops.fp8ext.*) and a traced call (torch.compile, torch.export) still meet the guard.
 _IMPL = torch.library.Library("fp8ext", "IMPL")
 _AFTER_AUTOGRAD = torch._C._after_autograd_keyset
+_BELOW_AUTOGRAD = torch._C._AutoDispatchBelowAutograd
 
 
 def _refuse_missing(op: str, names: tuple[str, ...], args: tuple) -> None:
@@ -267,21 +275,28 @@ def _refuse_grad(op: str, names: tuple[str, ...], args: tuple) -> None:
 _OOM_PREFIX = "CUDA out of memory"  # how torch's caching allocator words it (c10/cuda/CUDACachingAllocator.cpp)
 
 
-def _register_autograd_guard(name: str, tensor_args: tuple[str, ...], required: int) -> None:
-    """``tensor_args``: the op's Tensor arguments in order, the first ``required`` of them not optional."""
+def _typed_error(e: RuntimeError) -> RuntimeError:
+    """The stable ABI carries no exception types: torch's out-of-memory error raised inside the op comes back as a
+    plain RuntimeError with torch's message. This gives it its type back."""
+    if type(e) is RuntimeError and str(e).startswith(_OOM_PREFIX):
+        return torch.OutOfMemoryError(str(e))
+    return e
+
+
+def _register_autograd_guard(name: str, tensor_args: tuple[str, ...], required: int):
+    """Registers the op's autograd guard and returns its eager entry: ``entry(*args)`` (every schema argument, in
+    order) is the op's call with the guard's checks. ``tensor_args``: the op's Tensor arguments in order, the
+    first ``required`` of them not optional."""
     overload = getattr(torch.ops.fp8ext, name).default
     public = f"fp8ext.{name}"
     required_args = tensor_args[:required]
+    required_positions = range(required)
 
     # No _AutoDispatchBelowAutograd around the redispatch: it would cost more than it saves. The inputs do not
     # require grad here, so the aten ops the C++ backends call record nothing either way.
-    # The stable ABI carries no exception types: torch's out-of-memory error raised inside the op comes back as a
-    # plain RuntimeError with torch's message, and gets its type back here. The try costs nothing when nothing is
-    # raised. Under torch.inference_mode() this kernel does not run and the RuntimeError stays (docs/design.md).
     # A None where a tensor is required would reach the C++ validation as an undefined tensor, whose error names
     # no argument and comes with a C++ stack trace on stderr; the loop that refuses it first costs some 60 ns.
-    required_positions = range(required)
-
+    # The try costs nothing when nothing is raised.
     def guard(keyset, *args):
         for i in required_positions:
             if args[i] is None:
@@ -291,17 +306,33 @@ def _register_autograd_guard(name: str, tensor_args: tuple[str, ...], required: 
         try:
             return overload.redispatch(keyset & _AFTER_AUTOGRAD, *args)
         except RuntimeError as e:
-            if type(e) is RuntimeError and str(e).startswith(_OOM_PREFIX):
-                raise torch.OutOfMemoryError(str(e)) from None
-            raise
+            raise _typed_error(e) from None
+
+    # Traced, the op itself is recorded (the guard and the fake implementation run in the tracer).
+    def entry(*args):
+        if torch.compiler.is_compiling():
+            return overload(*args)
+        for i in required_positions:
+            if args[i] is None:
+                _refuse_missing(public, required_args, args)
+        try:
+            if torch.is_inference_mode_enabled():  # the autograd keys are skipped already
+                return overload(*args)
+            if torch.is_grad_enabled():
+                _refuse_grad(public, tensor_args, args)
+            with _BELOW_AUTOGRAD():
+                return overload(*args)
+        except RuntimeError as e:
+            raise _typed_error(e) from None
 
     _IMPL.impl(name, guard, "Autograd", with_keyset=True)
+    return entry
 
 
-_register_autograd_guard("scaled_mm", SCALED_MM_TENSORS, 4)
-_register_autograd_guard("quantize_rowwise", ("x",), 1)
-_register_autograd_guard("quantize_blockwise", ("x",), 1)
-_register_autograd_guard("linear", LINEAR_TENSORS, 3)
+_SCALED_MM = _register_autograd_guard("scaled_mm", SCALED_MM_TENSORS, 4)
+_QUANTIZE_ROWWISE = _register_autograd_guard("quantize_rowwise", ("x",), 1)
+_QUANTIZE_BLOCKWISE = _register_autograd_guard("quantize_blockwise", ("x",), 1)
+_LINEAR = _register_autograd_guard("linear", LINEAR_TENSORS, 3)
 _IMPL.impl("linear", _linear_cpu, "CPU")
 
 

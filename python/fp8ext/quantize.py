@@ -13,7 +13,8 @@ from typing import Optional
 import torch
 
 from . import _C  # noqa: F401  (loading the library registers torch.ops.fp8ext)
-from .ops import FP8_DTYPES, _refuse_grad, _refuse_missing, _run_check, _size_hint, scaled_mm
+from .ops import (_QUANTIZE_BLOCKWISE, _QUANTIZE_ROWWISE, FP8_DTYPES, _refuse_grad, _refuse_missing, _run_check,
+                  _size_hint, scaled_mm)
 
 E4M3 = torch.float8_e4m3fn
 
@@ -55,7 +56,7 @@ def quantize_rowwise(x: torch.Tensor, dtype: torch.dtype = E4M3,
         # GPU tensor); a traced tensor has no value to read, so tracing failed where the eager call ran.
         raise TypeError(f"fp8ext.quantize_rowwise: scale_ub: expected a Python float or None, got a tensor of "
                         f"shape {tuple(scale_ub.shape)}; pass float(scale_ub) (which reads it on the host)")
-    return torch.ops.fp8ext.quantize_rowwise(x, dtype, scale_ub)
+    return _QUANTIZE_ROWWISE(x, dtype, scale_ub)
 
 
 _FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
@@ -101,7 +102,7 @@ def quantize_blockwise(x: torch.Tensor, block: tuple[int, int] = (1, 128),
         # The fused op's autograd guard refuses it; the torch ops of the other path would record a backward.
         _refuse_grad("fp8ext.quantize_blockwise", ("x",), (x,))
     if block == (1, BLOCK) and _fused_groups(x):
-        return torch.ops.fp8ext.quantize_blockwise(x, dtype)
+        return _QUANTIZE_BLOCKWISE(x, dtype)
     return _quantize_blocks_composed(x, block, dtype)
 
 
