@@ -8,7 +8,7 @@ import pytest
 import fp8ext.bench as bench
 from fp8ext.bench import Timer, cli, main
 from fp8ext.bench.timing import median
-from fp8ext.bench.suites import peers as peers_suite, zoo as zoo_suite
+from fp8ext.bench.suites import host as host_suite, peers as peers_suite, zoo as zoo_suite
 
 
 class ScriptedTimer(Timer):
@@ -389,6 +389,20 @@ def test_suite_record_names_the_settings_that_change_what_runs(monkeypatch):
     monkeypatch.setenv("FP8EXT_OUT", "/somewhere")  # not a setting of what runs: left out
     record = common.suite_record("model")
     assert record["settings"] == {"FP8EXT_PDL": "0"} and list(record)[-1] == "settings"
+
+
+def test_host_summary_divides_each_row_by_torchs_own_call():
+    """The host suite's ratios: per shape and grad mode over torch._scaled_mm, and the worst of fp8ext's."""
+    rows = [{"shape": "backstop", "M": 4, "N": 16, "K": 32, "grad_mode": mode, "fp8ext_us": f, "fp8ext_op_us": 30.0,
+             "torch_rowwise_us": 20.0, "torch_op_us": 23.0, "float8_linear_us": 40.0, "bf16_linear_us": 25.0}
+            for mode, f in (("grad", 24.0), ("inference_mode", 19.0))]
+    s = host_suite.summarize_host(rows)
+    assert s["backstop 4x16x32 grad"] == {"fp8ext.scaled_mm / torch._scaled_mm": 1.2,
+                                          "torch.ops.fp8ext.scaled_mm / torch._scaled_mm": 1.5,
+                                          "torch.ops.aten._scaled_mm / torch._scaled_mm": 1.15,
+                                          "Float8Linear / nn.Linear": 1.6}
+    assert s["backstop 4x16x32 inference_mode"]["fp8ext.scaled_mm / torch._scaled_mm"] == 0.95
+    assert s["fp8ext.scaled_mm / torch._scaled_mm, worst"] == 1.2
 
 
 def test_zoo_host_inclusive_columns_and_summary(fake_gpu, monkeypatch, tmp_path):

@@ -308,18 +308,25 @@ def _register_autograd_guard(name: str, tensor_args: tuple[str, ...], required: 
         except RuntimeError as e:
             raise _typed_error(e) from None
 
-    # Traced, the op itself is recorded (the guard and the fake implementation run in the tracer).
+    # Traced, the op itself is recorded (the guard and the fake implementation run in the tracer). The tensor
+    # arguments lead the schema; torch's functions are bound once (this runs on every eager call).
+    tensors = len(tensor_args)
+    is_compiling, inference, grad_enabled = torch.compiler.is_compiling, torch.is_inference_mode_enabled, \
+        torch.is_grad_enabled
+
     def entry(*args):
-        if torch.compiler.is_compiling():
+        if is_compiling():
             return overload(*args)
         for i in required_positions:
             if args[i] is None:
                 _refuse_missing(public, required_args, args)
         try:
-            if torch.is_inference_mode_enabled():  # the autograd keys are skipped already
+            if inference():  # the autograd keys are skipped already
                 return overload(*args)
-            if torch.is_grad_enabled():
-                _refuse_grad(public, tensor_args, args)
+            if grad_enabled():
+                for t in args[:tensors]:
+                    if getattr(t, "requires_grad", False):  # None, or what the op's checks will refuse
+                        _refuse_grad(public, tensor_args, args)
             with _BELOW_AUTOGRAD():
                 return overload(*args)
         except RuntimeError as e:

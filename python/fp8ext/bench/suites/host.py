@@ -1,7 +1,9 @@
 """host: host time per eager call, fp8ext.scaled_mm next to torch._scaled_mm, and a layer's forward.
 
 Per shape and grad mode (grad mode on, torch.no_grad(), torch.inference_mode()), fp8ext.scaled_mm, the op
-torch.ops.fp8ext.scaled_mm called directly and torch._scaled_mm run the row-wise problem on the same tensors, and a
+torch.ops.fp8ext.scaled_mm called directly, torch._scaled_mm and the same aten op called as an extension's op is
+(torch.ops.aten._scaled_mm: the dispatcher's boxed entry from Python, which any op of an extension pays) run the
+row-wise problem on the same tensors, and a
 layer's forward on a [1, M, K] bf16 input: fp8ext.nn.Float8Linear (one fp8ext.linear call) and bf16 nn.Linear; the
 output's allocation alone is timed for scale. One shape is one that fp8ext hands to torch._scaled_mm (the
 backstop: fp8ext.selected_kernel names torch there), one is run by fp8ext's own kernel. Each call is timed on the
@@ -27,7 +29,6 @@ from ..registry import register_suite
 # call; the kernel's is a decode-sized layer.
 SHAPES = [("backstop", 1525, 896, 512), ("kernel", 16, 512, 512)]
 GRAD_MODES = {"grad": torch.enable_grad, "no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
-COLUMNS = ("fp8ext_us", "fp8ext_op_us", "torch_rowwise_us", "empty_output_us", "float8_linear_us", "bf16_linear_us")
 SYNC_EVERY = 50
 
 
@@ -61,24 +62,27 @@ def shape_calls(M: int, N: int, K: int) -> dict:
     x = torch.randn(1, M, K, device="cuda", dtype=torch.bfloat16)
     layer = torch.nn.Linear(K, N, bias=False, device="cuda", dtype=torch.bfloat16)
     f8 = Float8Linear.from_linear(layer)
-    op = torch.ops.fp8ext.scaled_mm.default
+    op, aten = torch.ops.fp8ext.scaled_mm.default, torch.ops.aten._scaled_mm.default
     kw = dict(out_dtype=torch.bfloat16, use_fast_accum=True)
     return {"fp8ext_us": lambda: ops.scaled_mm(a, b, sa, sb, **kw),
             "fp8ext_op_us": lambda: op(a, b, sa, sb, None, torch.bfloat16, True),
             "torch_rowwise_us": lambda: torch._scaled_mm(a, b, sa, sb, **kw),
+            "torch_op_us": lambda: aten(a, b, sa, sb, None, None, torch.bfloat16, True),
             "empty_output_us": lambda: torch.empty((M, N), device="cuda", dtype=torch.bfloat16),
             "float8_linear_us": lambda: f8(x), "bf16_linear_us": lambda: layer(x)}
 
 
 def summarize_host(rows: list[dict]) -> dict:
     """Per shape and grad mode, fp8ext.scaled_mm's and the op's host time over torch._scaled_mm's (at most 1.0 is
-    the target), and Float8Linear's over bf16 nn.Linear's."""
+    the target), torch's own op through the dispatcher's boxed entry over its Python binding, and Float8Linear's
+    over bf16 nn.Linear's."""
     out = {}
     for r in rows:
         tag = f"{r['shape']} {r['M']}x{r['N']}x{r['K']} {r['grad_mode']}"
         out[tag] = {"fp8ext.scaled_mm / torch._scaled_mm": round(r["fp8ext_us"] / r["torch_rowwise_us"], 3),
                     "torch.ops.fp8ext.scaled_mm / torch._scaled_mm": round(r["fp8ext_op_us"] / r["torch_rowwise_us"],
                                                                            3),
+                    "torch.ops.aten._scaled_mm / torch._scaled_mm": round(r["torch_op_us"] / r["torch_rowwise_us"], 3),
                     "Float8Linear / nn.Linear": round(r["float8_linear_us"] / r["bf16_linear_us"], 3)}
     out["fp8ext.scaled_mm / torch._scaled_mm, worst"] = max(v["fp8ext.scaled_mm / torch._scaled_mm"]
                                                             for v in out.values())
@@ -98,8 +102,8 @@ def host(args) -> dict:
             rows.append({"shape": what, "M": M, "N": N, "K": K, "grad_mode": mode, "selected": chosen, **times})
             r = rows[-1]
             print(f"{what} {M}x{N}x{K} ({chosen}), {mode}: fp8ext.scaled_mm {r['fp8ext_us']:.1f} us, the op "
-                  f"{r['fp8ext_op_us']:.1f}, torch._scaled_mm {r['torch_rowwise_us']:.1f}, the output alone "
-                  f"{r['empty_output_us']:.1f}; Float8Linear {r['float8_linear_us']:.1f}, bf16 nn.Linear "
-                  f"{r['bf16_linear_us']:.1f}")
+                  f"{r['fp8ext_op_us']:.1f}, torch._scaled_mm {r['torch_rowwise_us']:.1f} (through torch.ops "
+                  f"{r['torch_op_us']:.1f}), the output alone {r['empty_output_us']:.1f}; Float8Linear "
+                  f"{r['float8_linear_us']:.1f}, bf16 nn.Linear {r['bf16_linear_us']:.1f}")
     return {"method": __doc__.split("\n\n")[1], "calls_per_turn": args.calls, "summary": summarize_host(rows),
             "rows": rows}
