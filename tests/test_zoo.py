@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fp8ext import zoo
 from fp8ext.zoo import LLAMA_NK, MODEL_WEIGHTS, weights, zoo_rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,3 +55,29 @@ def test_the_shape_data_loads_without_the_benchmark():
     code = "import sys, fp8ext.zoo; assert 'fp8ext.bench' not in sys.modules, sorted(sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_the_fresh_set_is_fixed_and_read_by_nothing_before_it():
+    rows = zoo_rows("fresh")
+    assert len(rows) == 60 and rows == zoo_rows("fresh") and {r["split"] for r in rows} == {"fresh"}
+    fresh = {(r["N"], r["K"]) for r in rows}
+    before = {(w["N"], w["K"]) for w in weights()} | set(LLAMA_NK) | set(zoo.TUNE_GRID_NK)
+    before |= {(n, k) for _, n, k in zoo.DEEPSEEK_V3}
+    before |= {(n, k) for weights_ in zoo.FRESH_SETS.values() for _, _, n, k, _ in weights_}
+    assert not fresh & before
+    ms = [r["M"] for r in rows]
+    assert min(ms) <= 128 and any(128 < m < 1024 for m in ms) and sum(m >= 1024 for m in ms) >= 15
+    assert all(r["N"] % 16 == 0 and r["K"] % 16 == 0 for r in rows)
+    assert all(r["split"] != "fresh" for r in zoo_rows())  # not part of the zoo
+
+
+def test_calibration_refuses_a_fresh_row(tmp_path):
+    r = zoo_rows("fresh")[0]
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({"rows": [dict(r, kernel="k", us=1.0)]}))
+    try:
+        tune.load_rows([path])
+    except SystemExit as e:
+        assert "held-out or fresh weight" in str(e)
+    else:
+        raise AssertionError("tune.load_rows read a fresh row")

@@ -176,13 +176,13 @@ def fit(rows: list[dict]) -> dict[str, list[float]]:
 def load_rows(paths: list[Path]) -> list[dict]:
     from fp8ext.zoo import zoo_rows
 
-    heldout = {(r["N"], r["K"]) for r in zoo_rows("heldout")}
+    judges = {(r["N"], r["K"]) for r in zoo_rows("heldout") + zoo_rows("fresh")}
     rows = []
     for p in paths:
         for r in json.loads(p.read_text())["rows"]:
-            if (r["N"], r["K"]) in heldout:
-                raise SystemExit(f"{p}: row {r['M']}x{r['N']}x{r['K']} is a held-out weight; calibration may "
-                                 "not read it")
+            if (r["N"], r["K"]) in judges:
+                raise SystemExit(f"{p}: row {r['M']}x{r['N']}x{r['K']} is a held-out or fresh weight; calibration "
+                                 "may not read it")
             rows.append(r)
     return rows
 

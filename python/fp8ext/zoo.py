@@ -6,7 +6,9 @@
   produces, split once into a tuning part and a held-out part (zoo_rows);
 - DeepSeek-V3's layers (DEEPSEEK_V3 x DEEPSEEK_M): the tuning part of the block-wise suite;
 - the block-wise suite's fresh sets (FRESH_SETS) and its synthetic tuning grid (TUNE_GRID_M x TUNE_GRID_NK), as
-  tools/draw_fresh_shapes.py drew them.
+  tools/draw_fresh_shapes.py drew them;
+- the row-wise fresh set (FRESH_WEIGHTS, zoo_rows("fresh")): weights of models read by nothing before it, which
+  judges the large-M row-wise work once, at its end.
 
     from fp8ext.zoo import zoo_rows
     tune = zoo_rows("tune")        # what calibration (tools/tune.py) may measure and fit on
@@ -120,16 +122,44 @@ def weights() -> list[dict]:
     return out
 
 
+# The row-wise fresh set: weights of open models that neither the zoo, the Llama grid, DeepSeek-V3's layers, the
+# block-wise suite's sets nor its tuning grid hold (tests/test_zoo.py checks), fixed before the large-M row-wise
+# kernels and their dispatch were tuned. It judges that work once, at its end, as the held-out split is judged
+# (`python -m fp8ext.bench --suite zoo --split fresh`); nothing that picks kernels may read it. Each weight gets four M
+# by the zoo's own rule, seeded by FRESH_SEED and its name.
+FRESH_WEIGHTS: list[tuple[str, str, int, int]] = [
+    # Gemma-3-27B: hidden 5376, 32 q / 16 kv heads of 128, MLP 21504
+    ("gemma-3-27b", "qkv", 8192, 5376), ("gemma-3-27b", "o", 5376, 4096), ("gemma-3-27b", "gate_up", 43008, 5376),
+    ("gemma-3-27b", "down", 5376, 21504),
+    # Gemma-3-12B: hidden 3840, 16 q / 8 kv heads of 256, MLP 15360
+    ("gemma-3-12b", "qkv", 8192, 3840), ("gemma-3-12b", "o", 3840, 4096), ("gemma-3-12b", "gate_up", 30720, 3840),
+    ("gemma-3-12b", "down", 3840, 15360),
+    # OLMo-2-13B: hidden 5120, 40 heads of 128 without grouping, MLP 13824 (its o, 5120 x 5120, is Phi-3-medium's)
+    ("olmo-2-13b", "qkv", 15360, 5120), ("olmo-2-13b", "gate_up", 27648, 5120), ("olmo-2-13b", "down", 5120, 13824),
+    # Qwen2.5-32B: hidden 5120, 40 q / 8 kv heads of 128, MLP 27648 (its attention weights are read before)
+    ("qwen2.5-32b", "gate_up", 55296, 5120), ("qwen2.5-32b", "down", 5120, 27648),
+    # Mistral-Small-24B: hidden 5120, 32 q / 8 kv heads of 128, MLP 32768 (its attention weights are Mistral-Nemo's)
+    ("mistral-small-24b", "gate_up", 65536, 5120), ("mistral-small-24b", "down", 5120, 32768),
+]
+FRESH_SEED = 20261205
+
+
+def _four_m(seed: str) -> list[int]:
+    rng = random.Random(seed)
+    return [_draw_m(rng, 1, 128), _draw_m(rng, 129, 1023), _draw_m(rng, 1024, M_MAX), _draw_m(rng, 1, M_MAX)]
+
+
 def zoo_rows(split: str | None = None) -> list[dict]:
-    """The zoo's rows {"M", "N", "K", "weight", "split"}, all of them or one split ("tune" or "heldout")."""
-    if split not in (None, "tune", "heldout"):
-        raise ValueError(f"split must be 'tune', 'heldout' or None, got {split!r}")
+    """The zoo's rows {"M", "N", "K", "weight", "split"}: both parts (None), one ("tune" or "heldout"), or the
+    row-wise fresh set ("fresh"), which is not part of the zoo."""
+    if split not in (None, "tune", "heldout", "fresh"):
+        raise ValueError(f"split must be 'tune', 'heldout', 'fresh' or None, got {split!r}")
+    if split == "fresh":
+        return [{"M": m, "N": n, "K": k, "weight": f"{fam}/{layer}", "split": "fresh"}
+                for fam, layer, n, k in FRESH_WEIGHTS for m in _four_m(f"{FRESH_SEED}/{fam}/{layer}")]
     rows = []
     for w in weights():
-        rng = random.Random(f"{SEED}/{w['weight']}")
-        ms = [_draw_m(rng, 1, 128), _draw_m(rng, 129, 1023), _draw_m(rng, 1024, M_MAX),
-              _draw_m(rng, 1, M_MAX)]
-        for m in ms:
+        for m in _four_m(f"{SEED}/{w['weight']}"):
             if split is None or w["split"] == split:
                 rows.append({"M": m, "N": w["N"], "K": w["K"], "weight": w["weight"], "split": w["split"]})
     return rows

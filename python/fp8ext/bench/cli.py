@@ -26,8 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m fp8ext.bench", description=doc,
                                 epilog=f"suites:\n{listing}", formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", default="quick", choices=list(SUITES), help="what to measure (default: quick)")
-    p.add_argument("--split", choices=["tune", "heldout"],
-                   help="zoo and blockwise suites: one part only (default: both)")
+    p.add_argument("--split", choices=["tune", "heldout", "fresh"],
+                   help="zoo and blockwise suites: one part of the zoo only (default: both), or the row-wise fresh set")
     p.add_argument("--shapes", help="custom and blockwise suites: these shapes only, MxNxK[,MxNxK...]")
     p.add_argument("--accum", default=None, help="fast, precise or both (default, or the suite's own)")
     p.add_argument("--json", help="write the record (header: commit, GPU, torch, CUDA, date, suite, host; then the "

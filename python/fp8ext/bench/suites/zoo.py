@@ -72,7 +72,7 @@ def summarize_zoo(rows: list[dict]) -> dict:
     """Per split, accumulation and M group: geomean of torch row-wise time / fp8ext time for the default path
     and for the kernels alone, the worst row of each, the rows below 0.90x / 0.97x, and the largest tile ratio."""
     out = {}
-    for split in ("tune", "heldout"):
+    for split in ("tune", "heldout", "fresh"):
         for accum in ("fast", "precise"):
             sel = [r for r in rows if r["split"] == split and r["accum"] == accum]
             for gname, pred in ZOO_GROUPS + (("all", lambda m: True),):
@@ -108,7 +108,8 @@ def print_zoo_table(rows: list[dict]) -> None:
     print_rows(cols, rows, cells)
 
 
-ZOO_STYLE = {"tune": dict(color="C0", marker="o"), "heldout": dict(color="C3", marker="^")}
+ZOO_STYLE = {"tune": dict(color="C0", marker="o"), "heldout": dict(color="C3", marker="^"),
+             "fresh": dict(color="C2", marker="s")}
 
 
 def plot_zoo(rows: list[dict], path: str) -> bool:
