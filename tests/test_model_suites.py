@@ -10,7 +10,7 @@ import fp8ext.bench as bench
 from fp8ext.bench import cli, llama_models, main, timing
 from fp8ext.bench.common import ratio, split_failures, timed_or_failed
 from fp8ext.bench.suites import decode_chain as chain_suite, linear as linear_suite, model as model_suite
-from fp8ext.bench.suites import quantize as quantize_suite
+from fp8ext.bench.suites import moe as moe_suite, quantize as quantize_suite
 from fp8ext.testing import torch_cpu_takes_rowwise_scales
 
 needs_cpu_rowwise = pytest.mark.skipif(not torch_cpu_takes_rowwise_scales(),
@@ -412,3 +412,16 @@ def test_decode_chain_rows_and_summary():
     assert s["picks within 4% of the fastest"] == 1 and s["pick not timed (backstop or failure)"] == 1
     assert s["worst picks"][0] == "1x4096x4096 a: 1.250 (b)"
 
+
+def test_moe_summary_divides_measured_times_only():
+    res = {"prefill": [{"batch": 1, "seq": 8, "top1_agreement": {"fp8ext": 0.9},
+                        "eager": {"ms": {"bf16": 2.0, "fp8ext": 1.0, "fp8ext_loop": "failed: RuntimeError: x"}}}],
+           "decode": [{"batch": b, "graph": {"ms": {"bf16": 3.0 * b, "fp8ext": 2.0}},
+                       "eager": {"ms": {"fp8ext_loop": 4.0, "fp8ext": 1.0}}} for b in (1, 4)]}
+    s = moe_suite.summarize(res)
+    assert s["prefill 1x8 fp8ext/bf16 tok/s"] == 2.0
+    assert s["prefill 1x8 fp8ext/fp8ext_loop"] == "not measured"
+    assert s["prefill 1x8 top-1 agreement fp8ext"] == 0.9
+    assert (s["decode graph b=1 fp8ext/bf16 tok/s"], s["decode graph b=4 fp8ext/bf16 tok/s"]) == (1.5, 6.0)
+    assert s["decode eager b=4 fp8ext/fp8ext_loop"] == 4.0
+    assert s["decode graph fp8ext/bf16, geomean over batches"] == 3.0

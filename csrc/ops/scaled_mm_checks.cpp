@@ -68,7 +68,8 @@ ScaleKind check_scale(const TensorMeta& s, const char* arg, const ScaledMmProble
     // block-wise _scaled_mm takes, a weight's scales s transposed (s.t(): strides (1, >= G)), as b is w.t(); scale_a
     // any strides (its (M, G) grid is not the transpose of anything a caller holds).
     FP8EXT_CHECK_ARG(is_a || groups == 1 || blocks_n == 1 || s.stride(0) == 1, arg,
-                     "block-wise 128 x 128 scales are taken as s.t() of the weight's [ceil(N / 128), ceil(K / 128)] = [",
+                     "block-wise 128 x 128 scales are taken as s.t() of the weight's "
+                     "[ceil(N / 128), ceil(K / 128)] = [",
                      blocks_n, ", ", groups, "] scales s (strides (1, >= ", groups,
                      "), as torch._scaled_mm takes them), got strides ", shape_str(s.strides()),
                      "; pass scale_b=s.t() for the weight's scales s (a contiguous (", groups, ", ", blocks_n,

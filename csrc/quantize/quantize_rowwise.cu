@@ -125,7 +125,8 @@ __device__ __forceinline__ void store_scale(const QuantizeRowwiseParams& p, int6
 // across the warp) in registers; packs past the row's end are zeros, which leave the amax unchanged and are not
 // stored. A row has at most 64 KiB, 4096 packs, so pack indices are ints.
 template <typename In, __nv_fp8_interpretation_t kFormat, int kThreadsPerRow, int kPacks>
-__global__ void __launch_bounds__(cta_threads(kThreadsPerRow)) quantize_rowwise_one_pass_kernel(QuantizeRowwiseParams p) {
+__global__ void __launch_bounds__(cta_threads(kThreadsPerRow))
+quantize_rowwise_one_pass_kernel(QuantizeRowwiseParams p) {
   constexpr int kRowsPerCta = cta_threads(kThreadsPerRow) / kThreadsPerRow;
 
   // Launched as a dependent (grid_dependency.cuh): x is read only after the kernel before has completed, and the
@@ -165,7 +166,8 @@ __global__ void __launch_bounds__(cta_threads(kThreadsPerRow)) quantize_rowwise_
 // Two passes: the row is read once for amax and once more, from cache, for q. A Unit is a 16-byte pack (uint4)
 // when rows are 16-byte aligned, else one element.
 template <typename In, __nv_fp8_interpretation_t kFormat, typename Unit, int kThreadsPerRow>
-__global__ void __launch_bounds__(cta_threads(kThreadsPerRow)) quantize_rowwise_two_pass_kernel(QuantizeRowwiseParams p) {
+__global__ void __launch_bounds__(cta_threads(kThreadsPerRow))
+quantize_rowwise_two_pass_kernel(QuantizeRowwiseParams p) {
   constexpr int kRowsPerCta = cta_threads(kThreadsPerRow) / kThreadsPerRow;
   using QUnit = decltype(scaled<In, kFormat>(Unit{}, 0.0f));
 

@@ -41,7 +41,10 @@ __device__ __forceinline__ void fp8x16_to_float(const uint4& v, float (&f)[16]) 
 __device__ __forceinline__ uint4 load_streaming(const void* p) { return __ldcs(static_cast<const uint4*>(p)); }
 
 template <typename Out> __device__ __forceinline__ Out from_float(float x);
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
 

@@ -27,7 +27,7 @@ from torch import nn
 from ... import convert, scaled_mm
 from ...moe import Float8Experts
 from ...quantize import quantize_rowwise
-from ..common import geomean, guarded
+from ..common import geomean, guarded, ratio
 from ..registry import register_suite
 from .model import decode_row, flat_rows, free_memory, prefill_row
 
@@ -126,9 +126,10 @@ def compare(layers: int, ctx: int, iters: int, rounds: int, prefill_shapes=PREFI
 
 
 def _over(entry: dict, slow: str, fast: str):
+    """The time of `slow` over that of `fast` in one row's ms, or "not measured"."""
     ms = (entry or {}).get("ms", {})
-    a, b = ms.get(slow), ms.get(fast)
-    return round(a / b, 3) if isinstance(a, float) and isinstance(b, float) and b > 0 else "not measured"
+    r = ratio(ms.get(slow), ms.get(fast))
+    return "not measured" if r is None else round(r, 3)
 
 
 def summarize(res: dict) -> dict:
