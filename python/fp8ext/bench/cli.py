@@ -42,11 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile-peer", action="store_true", help="also time torch.compile max-autotune _scaled_mm")
     p.add_argument("--no-check", action="store_true", help="skip the float64 spot check of each shape")
     p.add_argument("--quiet", action="store_true")
+    added = set()  # a flag that several suites read is declared by each, added once
     for s in SUITES.values():
         if s.options:
             group = p.add_argument_group(f"--suite {s.name}")
             for flag, kw in s.options.items():
-                group.add_argument(flag, **kw)
+                if flag not in added:
+                    group.add_argument(flag, **kw)
+                    added.add(flag)
     return p
 
 

@@ -156,11 +156,13 @@ HOST_METHOD = (" With --host-inclusive each call is timed again as an eager call
                " triton.testing.do_bench does, so that a call's host work shows where it outlasts the flush.")
 
 
+HOST_OPTION = dict(action="store_true", help="zoo and large-m suites: time every call again with its host work in "
+                   "the loop, as an eager caller waits for it (columns *_host_us)")
+
+
 @register_suite("zoo", help="other models' weights and odd M, tuning and held-out parts (--split)", cpu_demo=True,
                 plot=plot_zoo, summary_title=SPEEDUP_TITLE, takes=("split",),
-                options={"--host-inclusive": dict(action="store_true",
-                                                  help="zoo suite: time every call again with its host work in the "
-                                                       "loop, as an eager caller waits for it (columns *_host_us)")})
+                options={"--host-inclusive": HOST_OPTION})
 def zoo(args) -> dict:
     host = host_inclusive_timer(args.rep_ms) if args.host_inclusive else None
     rows = run_zoo(zoo_rows(args.split), accums(args), Timer(rep_ms=args.rep_ms), check=not args.no_check,

@@ -1,0 +1,151 @@
+"""The large-m suite without a GPU: its rows, summary, the power section's sampling arithmetic, the Nsight Compute
+section's command and parsing, and --merge."""
+import json
+import subprocess
+from datetime import datetime
+
+import pytest
+
+import fp8ext.bench as bench
+from fp8ext.bench import cli, main
+from fp8ext.bench.suites import large_m
+from fp8ext.zoo import LLAMA_M, LLAMA_NK, zoo_rows
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    monkeypatch.setattr(cli, "gpu_problem", lambda: None)
+    monkeypatch.setattr(bench.common.torch.cuda, "get_device_name", lambda *a: "Fake GPU")
+
+
+def row(split, M, kernels_us, torch_us, accum="fast", default_us=None):
+    return {"M": M, "N": 4096, "K": 4096, "weight": "w", "split": split, "accum": accum,
+            "fp8ext_kernels_us": kernels_us, "fp8ext_us": default_us or kernels_us, "torch_rowwise_us": torch_us,
+            "kernel": "k", "kernels_kernel": "k", "tile_ratio": 1.0}
+
+
+def test_rows_of_each_part():
+    rows = large_m.large_m_rows(["heldout", "fresh", "llama"])
+    held, fresh = zoo_rows("heldout"), zoo_rows("fresh")
+    llama = [r for r in rows if r["split"] == "llama"]
+    assert rows[:len(held)] == held and rows[len(held):len(held) + len(fresh)] == fresh
+    assert len(llama) == len(LLAMA_NK) * len(LLAMA_M)
+    assert {(r["M"], r["N"], r["K"]) for r in llama} == {(m, n, k) for n, k in LLAMA_NK for m in LLAMA_M}
+    assert large_m.large_m_rows([]) == []
+
+
+def test_summary_llama_groups_and_fresh_over_heldout():
+    rows = [row("heldout", 2048, 10.0, 11.0), row("heldout", 4096, 10.0, 9.0), row("fresh", 2048, 10.0, 10.0),
+            row("llama", 16, 10.0, 13.0), row("llama", 4096, 10.0, 10.5), row("llama", 512, 10.0, 99.0)]
+    s = large_m.summarize_large_m(rows)
+    assert s["llama fast M<=128"] == {"rows": 1, "kernels": pytest.approx(1.3), "default": pytest.approx(1.3)}
+    assert s["llama fast M>=1024"]["kernels"] == pytest.approx(1.05)
+    held = (1.1 * 0.9) ** 0.5
+    assert s["fresh over heldout fast M>=1024"] == pytest.approx(1.0 / held)
+    assert s["heldout fast M>=1024"]["kernels"]["geomean"] == pytest.approx(held)
+    assert "llama precise M<=128" not in s
+
+
+def stamp(t):
+    return datetime.fromtimestamp(t).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+
+
+def test_nvidia_smi_lines():
+    t = 1_780_000_000.25
+    got = large_m.parse_smi_line(f"{stamp(t)}, 1410, 690.12\n")
+    assert got == (pytest.approx(t, abs=1e-3), 1410.0, 690.12)
+    for bad in ("timestamp, clocks.current.sm [MHz], power.draw [W]", f"{stamp(t)}, [N/A], 690", "", "1, 2"):
+        assert large_m.parse_smi_line(bad) is None
+
+
+def test_spend_takes_the_settled_samples_of_each_peers_turns():
+    # fp8ext's turns: [0, 3] and [6, 9]; torch's: [3, 6]. Samples every 0.5 s; each turn's first 0.3 s left out.
+    turns = {"fp8ext": [(0.0, 3.0, 100.0), (6.0, 9.0, 110.0)], "torch_rowwise": [(3.0, 6.0, 90.0)]}
+    samples = [(t / 2, 1000.0 + t, 700.0 - t) for t in range(19)]  # t/2 s: clock 1000 + t, power 700 - t
+    s = large_m.spend(turns, samples)
+    f, t = s["fp8ext"], s["torch_rowwise"]
+    fp8_t = [x for x in range(19) if 0.3 <= x / 2 <= 3.0 or 6.3 <= x / 2 <= 9.0]
+    assert f["samples"] == len(fp8_t) and t["samples"] == len([x for x in range(19) if 3.3 <= x / 2 <= 6.0])
+    assert f["us"] == 105.0 and t["us"] == 90.0
+    assert f["cycles_per_call"] == pytest.approx(105.0 * f["sm_mhz"])
+    assert t["joules_per_call"] == pytest.approx(t["watts"] * 90e-6)
+    assert large_m.spend({"p": [(0.0, 0.1, 5.0)]}, samples)["p"]["sm_mhz"] is None
+
+
+NCU_OUT = """==PROF== Connected to process 77 (/usr/bin/python3)
+==PROF== Profiling "gemm" - 0: 0%....50%....100% - 9 passes
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","77","python3","127.0.0.1","void gemm<cute::tuple<int, int>>(Params)","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_read.sum","byte","680,000,000"
+"0","77","python3","127.0.0.1","void gemm<cute::tuple<int, int>>(Params)","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_write.sum","byte","134,217,728"
+"0","77","python3","127.0.0.1","void gemm<cute::tuple<int, int>>(Params)","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","850000"
+"0","77","python3","127.0.0.1","void gemm<cute::tuple<int, int>>(Params)","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active","%","96.8"
+"1","77","python3","127.0.0.1","memset","1","7","(256, 1, 1)","(8, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_write.sum","byte","1024"
+"1","77","python3","127.0.0.1","memset","1","7","(256, 1, 1)","(8, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","2000"
+==PROF== Disconnected from process 77
+"""
+
+
+def test_ncu_csv_is_read_per_kernel():
+    kernels = large_m.parse_ncu_csv(NCU_OUT)
+    assert [k["kernel"] for k in kernels] == ["void gemm<cute::tuple<int, int>>(Params)", "memset"]
+    assert kernels[0]["dram__bytes_read.sum"] == 680e6 and kernels[1]["gpu__time_duration.sum"] == 2000.0
+    assert large_m.parse_ncu_csv("==PROF== nothing profiled\n") == []
+
+
+def test_ncu_row_runs_the_target_under_ncu_and_sums_its_kernels(monkeypatch):
+    seen = {}
+
+    def fake_run(cmd, **kw):
+        seen["cmd"] = cmd
+        return subprocess.CompletedProcess(cmd, 0, NCU_OUT, "")
+
+    monkeypatch.setattr(large_m.subprocess, "run", fake_run)
+    r = large_m.ncu_row("fp8ext", 8192, 8192, 8192, True)
+    cmd = seen["cmd"]
+    assert cmd[:7] == ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--csv", "--print-units"]
+    assert "ncu_target('fp8ext', 8192, 8192, 8192, True)" in cmd[-1]
+    assert r["dram_bytes"] == 680e6 + 134217728 + 1024 and r["dram_read_bytes"] == 680e6
+    assert r["tensor_pipe_pct"] == 96.8 and r["gpu_ns"] == 852000.0 and r["accum"] == "fast"
+
+    monkeypatch.setattr(large_m.subprocess, "run",
+                        lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "==ERROR== LibraryNotLoaded"))
+    assert "LibraryNotLoaded" in large_m.ncu_row("torch_rowwise", 1, 2, 3, False)["error"]
+
+
+def test_section_summary_pairs_each_peer_with_cublaslt():
+    power = [{"M": 1, "N": 2, "K": 3, "accum": "fast",
+              "fp8ext": {"us": 100.0, "cycles_per_call": 1.4e5, "joules_per_call": 0.07, "sm_mhz": 1400.0},
+              "torch_rowwise": {"us": 98.0, "cycles_per_call": 1.37e5, "joules_per_call": 0.068, "sm_mhz": 1400.0}}]
+    ncu = [{"M": 1, "N": 2, "K": 3, "accum": "fast", "peer": "torch_rowwise", "dram_bytes": 2.0, "tensor_pipe_pct": 97},
+           {"M": 1, "N": 2, "K": 3, "accum": "fast", "peer": "fp8ext", "dram_bytes": 3.0, "tensor_pipe_pct": 93},
+           {"M": 1, "N": 2, "K": 3, "accum": "fast", "peer": "k@H16", "error": "ncu rc=1"}]
+    s = large_m.summarize_sections(power, ncu)
+    assert s["power 1x2x3 fast"]["speed"] == pytest.approx(0.98)
+    assert s["ncu 1x2x3 fast fp8ext"] == {"dram fp8ext/torch": 1.5, "tensor pipe %": [93, 97]}
+    assert not any("k@H16" in k for k in s)
+
+
+def test_record_sections_parts_and_merge(fake_gpu, monkeypatch, tmp_path):
+    monkeypatch.setattr(large_m, "run_zoo", lambda rows, *a, **kw: [row(r["split"], r["M"], 10.0, 10.0) for r in rows])
+    monkeypatch.setattr(large_m, "power_section", lambda shapes, fast, turn_s, rounds: [])
+    monkeypatch.setattr(large_m, "Timer", lambda rep_ms, hold=True: ("timer", rep_ms, hold))
+    calls = []
+    monkeypatch.setattr(large_m, "ncu_row", lambda p, M, N, K, fast: calls.append(p) or {"peer": p, "error": "x"})
+    first = tmp_path / "a.json"
+    assert main(["--suite", "large-m", "--parts", "fresh", "--accum", "fast", "--sections", "ncu",
+                 "--ncu-kernels", "k@H16", "--json", str(first), "--quiet"]) == 0
+    rec = json.loads(first.read_text())
+    assert len(rec["rows"]) == len(zoo_rows("fresh")) and len(rec["ncu"]) == 3 * len(large_m.SECTION_SHAPES)
+    assert calls[:3] == ["torch_rowwise", "fp8ext", "k@H16"]
+    second = tmp_path / "b.json"
+    assert main(["--suite", "large-m", "--parts", "llama", "--accum", "fast", "--sections", "",
+                 "--merge", str(first), "--json", str(second), "--quiet"]) == 0
+    rec2 = json.loads(second.read_text())
+    assert {r["split"] for r in rec2["rows"]} == {"fresh", "llama"} and rec2["merged"] == ["a.json"]
+    assert len(rec2["ncu"]) == len(rec["ncu"])
+    other = dict(rec, commit="0000000")
+    first.write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="its commit"):
+        main(["--suite", "large-m", "--parts", "", "--sections", "", "--merge", str(first), "--quiet"])
+    with pytest.raises(SystemExit, match="unknown part or section 'bogus'"):
+        main(["--suite", "large-m", "--parts", "bogus", "--quiet"])
