@@ -120,20 +120,21 @@ def test_section_summary_pairs_each_peer_with_cublaslt():
            {"M": 1, "N": 2, "K": 3, "accum": "fast", "peer": "fp8ext", "dram_bytes": 3.0, "tensor_pipe_pct": 93},
            {"M": 1, "N": 2, "K": 3, "accum": "fast", "peer": "k@H16", "error": "ncu rc=1"}]
     s = large_m.summarize_sections(power, ncu)
-    assert s["power 1x2x3 fast"]["speed"] == pytest.approx(0.98)
-    assert s["ncu 1x2x3 fast fp8ext"] == {"dram fp8ext/torch": 1.5, "tensor pipe %": [93, 97]}
+    assert s["power 1x2x3 fast fp8ext"]["speed"] == pytest.approx(0.98)
+    assert s["power 1x2x3 fast fp8ext"]["cycles /torch"] == pytest.approx(1.4 / 1.37)
+    assert s["ncu 1x2x3 fast fp8ext"] == {"dram /torch": 1.5, "tensor pipe %": [93, 97]}
     assert not any("k@H16" in k for k in s)
 
 
 def test_record_sections_parts_and_merge(fake_gpu, monkeypatch, tmp_path):
     monkeypatch.setattr(large_m, "run_zoo", lambda rows, *a, **kw: [row(r["split"], r["M"], 10.0, 10.0) for r in rows])
-    monkeypatch.setattr(large_m, "power_section", lambda shapes, fast, turn_s, rounds: [])
+    monkeypatch.setattr(large_m, "power_section", lambda shapes, fast, turn_s, rounds, kernels: [])
     monkeypatch.setattr(large_m, "Timer", lambda rep_ms, hold=True: ("timer", rep_ms, hold))
     calls = []
     monkeypatch.setattr(large_m, "ncu_row", lambda p, M, N, K, fast: calls.append(p) or {"peer": p, "error": "x"})
     first = tmp_path / "a.json"
     assert main(["--suite", "large-m", "--parts", "fresh", "--accum", "fast", "--sections", "ncu",
-                 "--ncu-kernels", "k@H16", "--json", str(first), "--quiet"]) == 0
+                 "--kernels", "k@H16", "--json", str(first), "--quiet"]) == 0
     rec = json.loads(first.read_text())
     assert len(rec["rows"]) == len(zoo_rows("fresh")) and len(rec["ncu"]) == 3 * len(large_m.SECTION_SHAPES)
     assert calls[:3] == ["torch_rowwise", "fp8ext", "k@H16"]
@@ -147,5 +148,9 @@ def test_record_sections_parts_and_merge(fake_gpu, monkeypatch, tmp_path):
     first.write_text(json.dumps(other))
     with pytest.raises(SystemExit, match="its commit"):
         main(["--suite", "large-m", "--parts", "", "--sections", "", "--merge", str(first), "--quiet"])
+    calls.clear()
+    assert main(["--suite", "large-m", "--parts", "", "--accum", "fast", "--sections", "ncu",
+                 "--section-shapes", "256x512x1024", "--quiet"]) == 0
+    assert calls == ["torch_rowwise", "fp8ext"]
     with pytest.raises(SystemExit, match="unknown part or section 'bogus'"):
         main(["--suite", "large-m", "--parts", "bogus", "--quiet"])

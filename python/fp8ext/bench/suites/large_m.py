@@ -7,8 +7,10 @@ what an eager caller waits for). Sections at four large shapes (--sections):
     clock and board power every 25 ms; per peer the median clock and power over its turns (the first 0.3 s of a
     turn left out: the clock settles), the GPU time per call, cycles per call (time x clock) and joules per call;
   - ncu: Nsight Compute on one call of each peer after three warm-ups (clocks left alone): DRAM bytes read and
-    written and the tensor pipe's active cycles, per kernel launched. --ncu-kernels adds fp8ext kernels forced by
-    name (with scheduler options), to compare tile orders.
+    written and the tensor pipe's active cycles, per kernel launched.
+The peers of both sections are torch row-wise and fp8ext's kernels (the dispatch's pick, backstop off); --kernels
+adds fp8ext kernels forced by name (with scheduler options), to compare kernels and tile orders. --section-shapes
+takes other shapes.
 A long run can be taken in parts (--parts, --accum, --sections) and put together with --merge, which takes the rows
 and sections of earlier records of this suite made by the same build on the same GPU and torch.
 """
@@ -29,7 +31,7 @@ import torch
 
 from ... import ops
 from ...zoo import LLAMA_M, LLAMA_NK, zoo_rows
-from ..common import backends, geomean, make_operands, ratio, suite_record
+from ..common import backends, geomean, make_operands, parse_shapes, ratio, suite_record
 from ..registry import register_suite
 from ..timing import Timer, median
 from .peers import SPEEDUP_TITLE, accums, timing_method
@@ -68,7 +70,8 @@ def summarize_large_m(rows: list[dict]) -> dict:
                     "kernels": geomean(r["torch_rowwise_us"] / r["fp8ext_kernels_us"] for r in group),
                     "default": geomean(r["torch_rowwise_us"] / r["fp8ext_us"] for r in group)}
         big = {split: [r["torch_rowwise_us"] / r["fp8ext_kernels_us"] for r in rows
-                       if r["split"] == split and r["accum"] == accum and r["M"] >= 1024] for split in ("heldout", "fresh")}
+                       if r["split"] == split and r["accum"] == accum and r["M"] >= 1024]
+               for split in ("heldout", "fresh")}
         if big["heldout"] and big["fresh"]:
             out[f"fresh over heldout {accum} M>=1024"] = geomean(big["fresh"]) / geomean(big["heldout"])
     return out
@@ -128,29 +131,37 @@ def spend(turns: dict[str, list[tuple[float, float, float]]], samples) -> dict:
     return out
 
 
-def power_section(shapes, fast: bool, turn_s: float, rounds: int) -> list[dict]:
-    rows = []
-    for M, N, K in shapes:
-        a, b, sa, sb, _, _ = make_operands(M, N, K)
-        kw = dict(out_dtype=torch.bfloat16, use_fast_accum=fast)
+def power_section(shapes, fast: bool, turn_s: float, rounds: int, kernels=()) -> list[dict]:
+    return [power_row(M, N, K, fast, turn_s, rounds, kernels) for M, N, K in shapes]
+
+
+def power_row(M: int, N: int, K: int, fast: bool, turn_s: float, rounds: int, kernels=()) -> dict:
+    a, b, sa, sb, _, _ = make_operands(M, N, K)
+    kw = dict(out_dtype=torch.bfloat16, use_fast_accum=fast)
+    with backends("fp8ext"):
+        kernel = ops.selected_kernel(M, N, K, torch.bfloat16, fast)
+    call = lambda: ops.scaled_mm(a, b, sa, sb, **kw)  # noqa: E731
+    peers = {"fp8ext": call, "torch_rowwise": lambda: torch._scaled_mm(a, b, sa, sb, **kw)}
+    peers.update({k: _forced(k, call) for k in kernels})
+    turns = {p: [] for p in peers}
+    sampler = SmiSampler(torch.cuda.current_device())
+    try:
         with backends("fp8ext"):
-            kernel = ops.selected_kernel(M, N, K, torch.bfloat16, fast)
-        peers = {"fp8ext": lambda: ops.scaled_mm(a, b, sa, sb, **kw),
-                 "torch_rowwise": lambda: torch._scaled_mm(a, b, sa, sb, **kw)}
-        turns = {p: [] for p in peers}
-        sampler = SmiSampler(torch.cuda.current_device())
-        try:
-            with backends("fp8ext"):
-                for turn in range(rounds):
-                    order = list(peers)[turn % 2:] + list(peers)[:turn % 2]
-                    for peer in order:
-                        turns[peer].append(_back_to_back(peers[peer], turn_s))
-        finally:
-            samples = sampler.stop()
-        rows.append({"M": M, "N": N, "K": K, "accum": "fast" if fast else "precise", "kernel": kernel,
-                     **spend(turns, samples)})
-        del a, b, sa, sb
-    return rows
+            for turn in range(rounds):
+                order = list(peers)[turn % len(peers):] + list(peers)[:turn % len(peers)]
+                for peer in order:
+                    turns[peer].append(_back_to_back(peers[peer], turn_s))
+    finally:
+        samples = sampler.stop()
+    return {"M": M, "N": N, "K": K, "accum": "fast" if fast else "precise", "kernel": kernel,
+            **spend(turns, samples)}
+
+
+def _forced(kernel: str, call):
+    def fn():
+        with ops.force_kernel(kernel):
+            return call()
+    return fn
 
 
 def _back_to_back(fn, seconds: float) -> tuple[float, float, float]:
@@ -233,11 +244,14 @@ def ncu_row(peer: str, M: int, N: int, K: int, fast: bool, timeout_s: float = 30
 def summarize_sections(power: list[dict], ncu: list[dict]) -> dict:
     out = {}
     for r in power:
-        f, t = r["fp8ext"], r["torch_rowwise"]
-        out[f"power {r['M']}x{r['N']}x{r['K']} {r['accum']}"] = {
-            "speed": ratio(t["us"], f["us"]), "cycles fp8ext/torch": ratio(f["cycles_per_call"], t["cycles_per_call"]),
-            "joules fp8ext/torch": ratio(f["joules_per_call"], t["joules_per_call"]),
-            "clock fp8ext/torch": ratio(f["sm_mhz"], t["sm_mhz"])}
+        t = r["torch_rowwise"]
+        for peer, f in r.items():
+            if not isinstance(f, dict) or peer == "torch_rowwise":
+                continue
+            out[f"power {r['M']}x{r['N']}x{r['K']} {r['accum']} {peer}"] = {
+                "speed": ratio(t["us"], f["us"]), "cycles /torch": ratio(f["cycles_per_call"], t["cycles_per_call"]),
+                "joules /torch": ratio(f["joules_per_call"], t["joules_per_call"]),
+                "clock /torch": ratio(f["sm_mhz"], t["sm_mhz"])}
     for r in ncu:
         if r["peer"] == "torch_rowwise" or "dram_bytes" not in r:
             continue
@@ -245,7 +259,7 @@ def summarize_sections(power: list[dict], ncu: list[dict]) -> dict:
                      and (t["M"], t["N"], t["K"], t["accum"]) == (r["M"], r["N"], r["K"], r["accum"])), None)
         if peer is not None:
             out[f"ncu {r['M']}x{r['N']}x{r['K']} {r['accum']} {r['peer']}"] = {
-                "dram fp8ext/torch": ratio(r["dram_bytes"], peer["dram_bytes"]),
+                "dram /torch": ratio(r["dram_bytes"], peer["dram_bytes"]),
                 "tensor pipe %": [r["tensor_pipe_pct"], peer["tensor_pipe_pct"]]}
     return out
 
@@ -272,8 +286,10 @@ def merged(paths: list[str]) -> tuple[list[dict], list[dict], list[dict], dict]:
                                          "(comma list; none: '')"),
                          "--sections": dict(default="power,ncu", help="large-m: power, ncu (comma list; none: '')"),
                          "--turn-s": dict(type=float, default=3.0, help="large-m power: seconds per peer and turn"),
-                         "--ncu-kernels": dict(default="", help="large-m ncu: fp8ext kernels forced by name too "
-                                               "(comma list, scheduler options allowed)"),
+                         "--kernels": dict(default="", help="large-m sections: fp8ext kernels forced by name as "
+                                           "peers too (comma list, scheduler options allowed)"),
+                         "--section-shapes": dict(default="", help="large-m sections: these shapes (MxNxK,...) "
+                                                  "instead of the four"),
                          "--merge": dict(default="", help="large-m: earlier records of this run's build to include"),
                          "--host-inclusive": HOST_OPTION})
 def large_m(args) -> dict:
@@ -285,12 +301,13 @@ def large_m(args) -> dict:
     host = host_inclusive_timer(args.rep_ms) if args.host_inclusive else None
     rows += run_zoo(large_m_rows(parts), accums(args), Timer(rep_ms=args.rep_ms), check=not args.no_check,
                     progress=not args.quiet, rounds=args.rounds, host_timer=host)
+    kernels = [k for k in args.kernels.split(",") if k]
+    shapes = parse_shapes(args.section_shapes) if args.section_shapes else SECTION_SHAPES
     for fast in accums(args):
         if "power" in sections:
-            power += power_section(SECTION_SHAPES, fast, args.turn_s, args.rounds)
+            power += power_section(shapes, fast, args.turn_s, args.rounds, kernels)
         if "ncu" in sections:
-            peers = ["torch_rowwise", "fp8ext"] + [k for k in args.ncu_kernels.split(",") if k]
-            ncu += [ncu_row(p, M, N, K, fast) for M, N, K in SECTION_SHAPES for p in peers]
+            ncu += [ncu_row(p, M, N, K, fast) for M, N, K in shapes for p in ["torch_rowwise", "fp8ext"] + kernels]
     print_zoo_table(rows)
     method = (timing_method(args) + (HOST_METHOD if host is not None else "") + " Sections: " + __doc__.split(
         "Sections at four large shapes (--sections):")[1].split("A long run")[0].strip())
