@@ -1,7 +1,9 @@
 """The large-m suite without a GPU: its rows, summary, the power section's sampling arithmetic, the Nsight Compute
 section's command and parsing, and --merge."""
 import json
+import os
 import subprocess
+import time
 from datetime import datetime
 
 import pytest
@@ -72,17 +74,21 @@ def test_spend_takes_the_settled_samples_of_each_peers_turns():
     assert large_m.spend({"p": [(0.0, 0.1, 5.0)]}, samples)["p"]["sm_mhz"] is None
 
 
-NCU_OUT = """==PROF== Connected to process 77 (/usr/bin/python3)
-==PROF== Profiling "gemm" - 0: 0%....50%....100% - 9 passes
-"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
-"0","77","python3","127.0.0.1","void gemm<cute::tuple<int, int>>(Params)","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_read.sum","byte","680,000,000"
-"0","77","python3","127.0.0.1","void gemm<cute::tuple<int, int>>(Params)","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_write.sum","byte","134,217,728"
-"0","77","python3","127.0.0.1","void gemm<cute::tuple<int, int>>(Params)","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","850000"
-"0","77","python3","127.0.0.1","void gemm<cute::tuple<int, int>>(Params)","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active","%","96.8"
-"1","77","python3","127.0.0.1","memset","1","7","(256, 1, 1)","(8, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_write.sum","byte","1024"
-"1","77","python3","127.0.0.1","memset","1","7","(256, 1, 1)","(8, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","2000"
-==PROF== Disconnected from process 77
-"""
+NCU_HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
+              '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
+GEMM = "void gemm<cute::tuple<int, int>>(Params)"
+NCU_VALUES = [("0", GEMM, "dram__bytes_read.sum", "byte", "680,000,000"),
+              ("0", GEMM, "dram__bytes_write.sum", "byte", "134,217,728"),
+              ("0", GEMM, "gpu__time_duration.sum", "nsecond", "850000"),
+              ("0", GEMM, "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active", "%", "96.8"),
+              ("1", "memset", "dram__bytes_write.sum", "byte", "1024"),
+              ("1", "memset", "gpu__time_duration.sum", "nsecond", "2000")]
+NCU_OUT = "\n".join(
+    ["==PROF== Connected to process 77 (/usr/bin/python3)", '==PROF== Profiling "gemm" - 0: 0%....100% - 9 passes',
+     NCU_HEADER]
+    + [f'"{i}","77","python3","127.0.0.1","{k}","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0",'
+       f'"Command line profiler metrics","{m}","{u}","{v}"' for i, k, m, u, v in NCU_VALUES]
+    + ["==PROF== Disconnected from process 77", ""])
 
 
 def test_ncu_csv_is_read_per_kernel():
@@ -100,6 +106,7 @@ def test_ncu_row_runs_the_target_under_ncu_and_sums_its_kernels(monkeypatch):
         return subprocess.CompletedProcess(cmd, 0, NCU_OUT, "")
 
     monkeypatch.setattr(large_m.subprocess, "run", fake_run)
+    monkeypatch.setattr(large_m, "ncu_binary", lambda: "ncu")
     r = large_m.ncu_row("fp8ext", 8192, 8192, 8192, True)
     cmd = seen["cmd"]
     assert cmd[:7] == ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--csv", "--print-units"]
@@ -154,3 +161,18 @@ def test_record_sections_parts_and_merge(fake_gpu, monkeypatch, tmp_path):
     assert calls == ["torch_rowwise", "fp8ext"]
     with pytest.raises(SystemExit, match="unknown part or section 'bogus'"):
         main(["--suite", "large-m", "--parts", "bogus", "--quiet"])
+
+
+def test_the_sampler_reads_nvidia_smi_until_stopped(tmp_path, monkeypatch):
+    # A stand-in nvidia-smi that prints three samples and then waits to be stopped, as the real one loops.
+    fake = tmp_path / "nvidia-smi"
+    lines = "\\n".join(f"{stamp(1_780_000_000 + i)}, {1400 + i}, {690 + i}.5" for i in range(3))
+    fake.write_text(f"#!/bin/sh\nprintf '{lines}\\n'\nexec sleep 30\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    sampler = large_m.SmiSampler(0)
+    deadline = time.time() + 10
+    while len(sampler.samples) < 3 and time.time() < deadline:
+        time.sleep(0.05)
+    samples = sampler.stop()
+    assert [s[1:] for s in samples] == [(1400.0, 690.5), (1401.0, 691.5), (1402.0, 692.5)]

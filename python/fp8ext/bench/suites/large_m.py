@@ -17,9 +17,11 @@ and sections of earlier records of this suite made by the same build on the same
 from __future__ import annotations
 
 import csv
+import glob
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -98,6 +100,8 @@ class SmiSampler:
     def __init__(self, device_index: int):
         cmd = ["nvidia-smi", "-i", str(device_index), "--query-gpu=timestamp,clocks.sm,power.draw",
                "--format=csv,noheader,nounits", "-lms", "25"]
+        if shutil.which("stdbuf"):  # line-buffered into the pipe, so that stop() loses no buffered tail
+            cmd = ["stdbuf", "-oL"] + cmd
         self.samples: list[tuple[float, float, float]] = []
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.thread = threading.Thread(target=self._read, daemon=True)
@@ -110,6 +114,7 @@ class SmiSampler:
                 self.samples.append(s)
 
     def stop(self) -> list[tuple[float, float, float]]:
+        time.sleep(0.1)  # the last turn's final samples
         self.proc.terminate()
         self.proc.wait(timeout=10)
         self.thread.join(timeout=10)
@@ -173,9 +178,9 @@ def _back_to_back(fn, seconds: float) -> tuple[float, float, float]:
     start_ev.record()
     calls = 0
     while time.time() - t0 < seconds:
-        for _ in range(8):
+        for _ in range(16):
             fn()
-        calls += 8
+        calls += 16
         torch.cuda.synchronize()
     end_ev.record()
     end_ev.synchronize()
@@ -219,10 +224,16 @@ def parse_ncu_csv(text: str) -> list[dict]:
     return list(kernels.values())
 
 
+def ncu_binary() -> str:
+    """ncu on the PATH, else the newest Nsight Compute under /opt/nvidia (where its installer puts it)."""
+    found = shutil.which("ncu") or sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"))
+    return found if isinstance(found, str) else (found[-1] if found else "ncu")
+
+
 def ncu_row(peer: str, M: int, N: int, K: int, fast: bool, timeout_s: float = 300) -> dict:
     code = (f"from fp8ext.bench.suites.large_m import ncu_target; "
             f"ncu_target({peer!r}, {M}, {N}, {K}, {fast})")
-    cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--csv", "--print-units", "base",
+    cmd = [ncu_binary(), "--clock-control", "none", "--profile-from-start", "off", "--csv", "--print-units", "base",
            "--metrics", ",".join(NCU_METRICS), sys.executable, "-c", code]
     row = {"M": M, "N": N, "K": K, "accum": "fast" if fast else "precise", "peer": peer}
     try:
