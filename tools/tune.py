@@ -190,7 +190,7 @@ def load_rows(paths: list[Path]) -> list[dict]:
 def model_pick(coeffs: dict, row: dict, fast: bool, twin_of) -> str | None:
     """What cost_model.cpp would pick among the row's measured kernels (precise calls: precise kernels only;
     tile ratio over 1.10 last; a kernel without coefficients: its twin's, else skipped here)."""
-    from fp8ext.ops import kernel_traits
+    from fp8ext.kernels import kernel_traits
 
     best, key_best = None, None
     for choice, terms in row["terms"].items():
@@ -208,7 +208,7 @@ def model_pick(coeffs: dict, row: dict, fast: bool, twin_of) -> str | None:
 
 def report(rows: list[dict]) -> dict:
     """Leave-one-weight-out: for each weight, fit without its rows and score the model's picks on them."""
-    from fp8ext.ops import kernel_traits
+    from fp8ext.kernels import kernel_traits
 
     weights = sorted({r["weight"] for r in rows})
     regrets = {True: [], False: []}

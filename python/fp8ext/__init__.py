@@ -44,9 +44,9 @@ if _BUILD_INFO is not None:
                         built_cuda=(_BUILD_INFO.get("built_with") or {}).get("cuda"))
 
 from .autotune import _configure_from_environment, autotune, autotune_entries
-from .ops import (_backends_from_environment, _has_cuda_kernels, backends, blockwise_kernel_names, force_kernel,
-                  kernel_names, kernel_traits, linear, scaled_mm, selected_blockwise_kernel, selected_kernel,
-                  set_backends)
+from .kernels import (_backends_from_environment, _has_cuda_kernels, backends, blockwise_kernel_names, force_kernel,
+                      kernel_names, kernel_traits, selected_blockwise_kernel, selected_kernel, set_backends)
+from .ops import linear, scaled_mm
 from .quantize import f8f8bf16_rowwise, quantize_blockwise, quantize_rowwise
 from .grouped import scaled_grouped_mm, scaled_grouped_mm_masked
 from . import compile, nn  # noqa: A004  (fp8ext.compile: the torch.compile switch)

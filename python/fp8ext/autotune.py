@@ -26,7 +26,7 @@ from typing import Optional, Union
 
 import torch
 
-from .ops import _has_cuda_kernels  # the autotuner's ops are registered with the CUDA kernels
+from .kernels import _has_cuda_kernels  # the autotuner's ops are registered with the CUDA kernels
 
 FORMAT = "fp8ext-autotune-1"
 ENV_ENABLE = "FP8EXT_AUTOTUNE"

@@ -109,7 +109,7 @@ def kernel_dtypes(name: str):
     """(out dtype, fast accumulation?, activation dtype) that a kernel computes, from its manifest traits;
     scheduler options after "@" do not change them. A decode kernel that reads either activation type reports
     e4m3."""
-    from .ops import kernel_traits
+    from .kernels import kernel_traits
 
     t = kernel_traits(name)
     out = _OUT_DTYPES[t["out"]]
@@ -118,7 +118,7 @@ def kernel_dtypes(name: str):
 
 def kernel_max_m(name: str) -> Optional[int]:
     """The largest M that a kernel computes (the decode kernels' manifest trait max_m); None for any M."""
-    from .ops import kernel_traits
+    from .kernels import kernel_traits
 
     return kernel_traits(name)["max_m"] or None
 

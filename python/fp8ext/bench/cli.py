@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from .. import ops
+from .. import kernels, ops
 from ..testing import check_against_reference
 from . import suites  # noqa: F401  (registers the suites)
 from .common import make_operands, parse_shapes, suite_record
@@ -59,7 +59,7 @@ def gpu_problem() -> Optional[str]:
         return "no CUDA GPU"
     if torch.cuda.get_device_capability() != (9, 0):
         return f"{torch.cuda.get_device_name()} is not compute capability 9.0"
-    if not ops.kernel_names():
+    if not kernels.kernel_names():
         return "this fp8ext build has no CUDA kernels"
     return None
 

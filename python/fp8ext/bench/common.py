@@ -13,7 +13,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from .. import ops
+from .. import kernels
 from ..nn import Float8Linear
 from ..testing import quantize_rowwise as testing_quantize_rowwise
 from ..testing import random_operands, random_scales
@@ -126,12 +126,12 @@ def geomean(xs):
 @contextlib.contextmanager
 def backends(name: str):
     """fp8ext.set_backends(name) for the block, the previous setting restored after it."""
-    before = ops.backends()
-    ops.set_backends(name)
+    before = kernels.backends()
+    kernels.set_backends(name)
     try:
         yield
     finally:
-        ops.set_backends(before)
+        kernels.set_backends(before)
 
 
 def print_rows(columns: list[tuple[str, str]], rows: list[dict], cells: Callable[[dict], dict]) -> None:

@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .. import ops
+from .. import kernels, ops
 from ..testing import blockwise_scale_shapes
 
 TOP_KERNELS = 3  # row-wise kernels offered per static shape: the cost model's best, in its order
@@ -56,7 +56,7 @@ def offered_kernels(a: tuple, b: tuple, scale_a: tuple, scale_b: tuple, bias: Op
     """The kernel names fp8ext offers for one aten._scaled_mm call ("" = fp8ext's routing per call), [] where it
     offers none (module docstring). Each operand is (sizes, strides, storage offset, dtype, device) with the sizes'
     example values; ``static`` says whether the call's M, N and K are fixed. Needs a CUDA build to rank kernels."""
-    if out_dtype not in ops.OUT_DTYPES or not ops._has_cuda_kernels():
+    if out_dtype not in ops.OUT_DTYPES or not kernels._has_cuda_kernels():
         return []
     if any(t[4].type != "cuda" for t in (a, b, scale_a, scale_b)):
         return []
@@ -75,9 +75,9 @@ def offered_kernels(a: tuple, b: tuple, scale_a: tuple, scale_b: tuple, bias: Op
     if 0 in (M, N, K):
         return []
     if blockwise_scale_shapes(M, N, K, tuple(scale_a[0]), tuple(scale_b[0])):
-        name = ops.selected_blockwise_kernel(M, N, K, out_dtype, torch_ok=False)
+        name = kernels.selected_blockwise_kernel(M, N, K, out_dtype, torch_ok=False)
         return [] if name is None else [name]
-    ranking = ops.selected_kernel(M, N, K, out_dtype, use_fast_accum, a_dtype=a[3], explain=True)["ranking"]
+    ranking = kernels.selected_kernel(M, N, K, out_dtype, use_fast_accum, a_dtype=a[3], explain=True)["ranking"]
     return [r["kernel"] for r in ranking[:TOP_KERNELS]]
 
 

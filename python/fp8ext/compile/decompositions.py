@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import ops, quantize
+from .. import kernels, ops, quantize
 
 E4M3 = torch.float8_e4m3fn
 
@@ -59,7 +59,7 @@ def linear(x, weight, weight_scale, bias=None, use_fast_accum=True):
     N, K = weight.shape
     q, s = quantize_rowwise(x)
     args = (q.reshape(-1, K), weight.t(), s.reshape(-1, 1), weight_scale.reshape(N), bias, x.dtype, use_fast_accum)
-    if x.device.type == "cuda" and ops._has_cuda_kernels():
+    if x.device.type == "cuda" and kernels._has_cuda_kernels():
         out = torch.ops.fp8ext._scaled_mm_with_kernel.default(*args, "")
     else:
         out = torch.ops.fp8ext.scaled_mm.default(*args)

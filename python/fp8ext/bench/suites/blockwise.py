@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ... import ops
+from ... import kernels, ops
 from ...testing import check_against_reference, random_blockwise_operands, random_scales
 from ...zoo import DEEPSEEK_M, DEEPSEEK_V3, zoo_rows
 from ..common import geomean, parse_shapes, print_rows, ratio, timed_or_failed
@@ -48,7 +48,7 @@ def torch_blockwise_support() -> str:
 def run_blockwise(rows: list[dict], timer: Timer, all_kernels: bool, check: bool, progress: bool,
                   rounds: int) -> tuple[list[dict], str]:
     torch_why = torch_blockwise_support()
-    kernels = [k for k in ops.blockwise_kernel_names() if k.endswith("_bf16")]
+    bf16_kernels = [k for k in kernels.blockwise_kernel_names() if k.endswith("_bf16")]
     out = []
     bar = progress_bar(len(rows), progress)
     for row in rows:
@@ -68,13 +68,13 @@ def run_blockwise(rows: list[dict], timer: Timer, all_kernels: bool, check: bool
         fns = {"fp8ext_us": ours, "fp8ext_rowwise_us": lambda: ops.scaled_mm(a, b, ra, rb)}
         if not torch_why:
             fns["torch_blockwise_us"] = theirs
-        record = {**row, "kernel": ops.selected_blockwise_kernel(M, N, K), **timed_or_failed(timer, fns, rounds)}
+        record = {**row, "kernel": kernels.selected_blockwise_kernel(M, N, K), **timed_or_failed(timer, fns, rounds)}
         if torch_wrong is not None:
             record["torch_blockwise_wrong"] = torch_wrong
         if all_kernels and row["split"] in ("tune", "custom"):
             per = {}
-            for k in kernels:
-                with ops.force_kernel(k):
+            for k in bf16_kernels:
+                with kernels.force_kernel(k):
                     per[k] = timed_or_failed(timer, {k: ours}, 1)[k]
             record["kernels_us"] = per
         out.append(record)

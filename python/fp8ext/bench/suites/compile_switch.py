@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 
 from ... import compile as fp8ext_compile
-from ... import ops
+from ... import kernels, ops
 from ...zoo import LLAMA3_LAYERS, zoo_rows
 from ..common import geomean, make_operands
 from ..compile_models import phase_deltas, phase_seconds
@@ -113,7 +113,7 @@ def shape_row(row: dict, timer: Timer, rounds: int) -> dict:
             "eager_fp8ext_us": t["eager"], "ratio": t["without"] / t["with"], "chosen": chosen[0] if chosen else None,
             "chosen_without": without_chosen[0] if without_chosen else None,
             "compile_with_s": with_s, "compile_with_phases_s": phases, "compile_without_s": without_s,
-            "eager_fp8ext_kernel": ops.selected_kernel(M, N, K)}
+            "eager_fp8ext_kernel": kernels.selected_kernel(M, N, K)}
 
 
 def summarize_shapes(rows: list[dict]) -> dict:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ... import ops
+from ... import kernels, ops
 from ...quantize import quantize_rowwise
 from ...testing import kernel_dtypes, kernel_max_m, random_fp8, random_scales
 from ...zoo import LLAMA3_LAYERS
@@ -40,11 +40,11 @@ DEFAULT_SHAPES = [(m, n, k) for model in ("8b", "70b") for n, k in unfused_layer
 def candidates(M: int, N: int, K: int) -> tuple[str, list[str]]:
     """The dispatch's pick under capture, and the kernels to time: the cost model's three best and the decode
     kernels that compute M (built ones only: the torch backstop has no kernel to force)."""
-    explained = ops.selected_kernel(M, N, K, capturing=True, explain=True)
+    explained = kernels.selected_kernel(M, N, K, capturing=True, explain=True)
     names = [r["kernel"] for r in explained["ranking"][:3]]
-    names += [n for n in ops.kernel_names() if n.startswith("gemv_") and (kernel_max_m(n) or M) >= M
+    names += [n for n in kernels.kernel_names() if n.startswith("gemv_") and (kernel_max_m(n) or M) >= M
               and kernel_dtypes(n)[0] == torch.bfloat16]
-    built = set(ops.kernel_names())
+    built = set(kernels.kernel_names())
     return explained["selected"], [n for n in dict.fromkeys(names) if n.split("@")[0] in built]
 
 
@@ -62,7 +62,7 @@ def chain_graphs(M: int, N: int, K: int, kernels: list[str], chain: int) -> dict
                 xq, sx = quantize_rowwise(x)
                 ops.scaled_mm(xq, w.t(), sx, sw, use_fast_accum=fast)
 
-        with ops.force_kernel(kernel):
+        with kernels.force_kernel(kernel):
             return cuda_graph(step)
 
     return {k: capture(k) for k in kernels}

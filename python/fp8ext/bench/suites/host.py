@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from ... import ops
+from ... import kernels, ops
 from ...nn import Float8Linear
 from ...testing import random_operands
 from ..registry import register_suite
@@ -94,7 +94,7 @@ def summarize_host(rows: list[dict]) -> dict:
 def host(args) -> dict:
     rows = []
     for what, M, N, K in SHAPES:
-        chosen = ops.selected_kernel(M, N, K, torch.bfloat16, True)
+        chosen = kernels.selected_kernel(M, N, K, torch.bfloat16, True)
         fns = shape_calls(M, N, K)
         for mode, ctx in GRAD_MODES.items():
             with ctx():

@@ -31,7 +31,7 @@ from typing import Optional
 
 import torch
 
-from ... import ops
+from ... import kernels, ops
 from ...zoo import LLAMA_M, LLAMA_NK, zoo_rows
 from ..common import backends, geomean, make_operands, parse_shapes, ratio, suite_record
 from ..registry import register_suite
@@ -144,7 +144,7 @@ def power_row(M: int, N: int, K: int, fast: bool, turn_s: float, rounds: int, ke
     a, b, sa, sb, _, _ = make_operands(M, N, K)
     kw = dict(out_dtype=torch.bfloat16, use_fast_accum=fast)
     with backends("fp8ext"):
-        kernel = ops.selected_kernel(M, N, K, torch.bfloat16, fast)
+        kernel = kernels.selected_kernel(M, N, K, torch.bfloat16, fast)
     call = lambda: ops.scaled_mm(a, b, sa, sb, **kw)  # noqa: E731
     peers = {"fp8ext": call, "torch_rowwise": lambda: torch._scaled_mm(a, b, sa, sb, **kw)}
     peers.update({k: _forced(k, call) for k in kernels})
@@ -164,7 +164,7 @@ def power_row(M: int, N: int, K: int, fast: bool, turn_s: float, rounds: int, ke
 
 def _forced(kernel: str, call):
     def fn():
-        with ops.force_kernel(kernel):
+        with kernels.force_kernel(kernel):
             return call()
     return fn
 
@@ -198,7 +198,7 @@ def ncu_target(peer: str, M: int, N: int, K: int, fast: bool) -> None:
         call = lambda: torch._scaled_mm(a, b, sa, sb, **kw)  # noqa: E731
     else:
         call = lambda: ops.scaled_mm(a, b, sa, sb, **kw)  # noqa: E731
-    with backends("fp8ext"), ops.force_kernel(None if peer == "fp8ext" else peer):
+    with backends("fp8ext"), kernels.force_kernel(None if peer == "fp8ext" else peer):
         for _ in range(3):
             call()
         torch.cuda.synchronize()

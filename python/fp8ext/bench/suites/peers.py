@@ -7,7 +7,7 @@ from typing import Iterable
 
 import torch
 
-from ... import ops
+from ... import kernels, ops
 from ...testing import check_against_reference
 from ..common import (FP8_DENSE_TFLOPS, HBM_TBPS, geomean, make_operands, print_rows, pyplot, suite_shapes,
                       tflops, weight_gbps)
@@ -53,7 +53,7 @@ def run_gpu(shapes, accums: Iterable[bool], timer: Timer, compile_peer: bool = F
             compiled(a, b, sa, sb, fast)  # compiles (and autotunes) outside the timed turns
             peers["torch_compile_rowwise_us"] = lambda: compiled(a, b, sa, sb, fast)
         row = {"M": M, "N": N, "K": K, "use_fast_accum": fast,
-               "kernel": ops.selected_kernel(M, N, K, torch.bfloat16, fast), **timer.interleaved(peers, rounds)}
+               "kernel": kernels.selected_kernel(M, N, K, torch.bfloat16, fast), **timer.interleaved(peers, rounds)}
         rows.append(row)
         del a, b, sa, sb, st_a, st_b
         bar(f"{M}x{N}x{K} {'fast' if fast else 'precise'}: {row['torch_rowwise_us'] / row['fp8ext_us']:.2f}x")

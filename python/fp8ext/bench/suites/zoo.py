@@ -6,7 +6,7 @@ from typing import Iterable, Optional
 
 import torch
 
-from ... import ops
+from ... import kernels, ops
 from ...zoo import zoo_rows
 from ..common import backends, geomean, make_operands, print_rows, pyplot
 from ..registry import register_suite
@@ -31,9 +31,9 @@ def run_zoo(rows: list[dict], accums: Iterable[bool], timer: Timer, check: bool 
         kw = dict(out_dtype=torch.bfloat16, use_fast_accum=fast)
         ours = lambda: ops.scaled_mm(a, b, sa, sb, **kw)  # noqa: E731
         with backends("fp8ext"):
-            explain = ops.selected_kernel(M, N, K, torch.bfloat16, fast, explain=True)
+            explain = kernels.selected_kernel(M, N, K, torch.bfloat16, fast, explain=True)
         with backends("fp8ext,torch"):
-            default = ops.selected_kernel(M, N, K, torch.bfloat16, fast)
+            default = kernels.selected_kernel(M, N, K, torch.bfloat16, fast)
         kernel = explain["selected"]
         mine = next(r for r in explain["ranking"] if r["kernel"] == kernel)
         if check:
