@@ -135,7 +135,7 @@ def test_section_summary_pairs_each_peer_with_cublaslt():
 
 def test_record_sections_parts_and_merge(fake_gpu, monkeypatch, tmp_path):
     monkeypatch.setattr(large_m, "run_zoo", lambda rows, *a, **kw: [row(r["split"], r["M"], 10.0, 10.0) for r in rows])
-    monkeypatch.setattr(large_m, "power_section", lambda shapes, fast, turn_s, rounds, kernels: [])
+    monkeypatch.setattr(large_m, "power_section", lambda shapes, fast, turn_s, rounds, forced: [])
     monkeypatch.setattr(large_m, "Timer", lambda rep_ms, hold=True: ("timer", rep_ms, hold))
     calls = []
     monkeypatch.setattr(large_m, "ncu_row", lambda p, M, N, K, fast: calls.append(p) or {"peer": p, "error": "x"})

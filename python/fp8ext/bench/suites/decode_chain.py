@@ -48,7 +48,7 @@ def candidates(M: int, N: int, K: int) -> tuple[str, list[str]]:
     return explained["selected"], [n for n in dict.fromkeys(names) if n.split("@")[0] in built]
 
 
-def chain_graphs(M: int, N: int, K: int, kernels: list[str], chain: int) -> dict:
+def chain_graphs(M: int, N: int, K: int, names: list[str], chain: int) -> dict:
     """{kernel: the replay of a captured chain of `chain` steps with that kernel forced}, all on the same tensors."""
     xs = [torch.randn(M, K, device="cuda", dtype=torch.bfloat16) for _ in range(chain)]
     ws = [random_fp8(N, K, device="cuda") for _ in range(chain)]
@@ -65,13 +65,13 @@ def chain_graphs(M: int, N: int, K: int, kernels: list[str], chain: int) -> dict
         with kernels.force_kernel(kernel):
             return cuda_graph(step)
 
-    return {k: capture(k) for k in kernels}
+    return {k: capture(k) for k in names}
 
 
 def chain_row(M: int, N: int, K: int, chain: int, timer: Timer, rounds: int) -> dict:
-    pick, kernels = candidates(M, N, K)
+    pick, names = candidates(M, N, K)
     torch.manual_seed(M * 1000003 + N * 7 + K)
-    replays = chain_graphs(M, N, K, kernels, chain)
+    replays = chain_graphs(M, N, K, names, chain)
     us = {k: t / chain if isinstance(t, float) else t for k, t in timed_or_failed(timer, replays, rounds).items()}
     del replays
     torch.cuda.empty_cache()

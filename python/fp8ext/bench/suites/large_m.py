@@ -136,18 +136,18 @@ def spend(turns: dict[str, list[tuple[float, float, float]]], samples) -> dict:
     return out
 
 
-def power_section(shapes, fast: bool, turn_s: float, rounds: int, kernels=()) -> list[dict]:
-    return [power_row(M, N, K, fast, turn_s, rounds, kernels) for M, N, K in shapes]
+def power_section(shapes, fast: bool, turn_s: float, rounds: int, forced=()) -> list[dict]:
+    return [power_row(M, N, K, fast, turn_s, rounds, forced) for M, N, K in shapes]
 
 
-def power_row(M: int, N: int, K: int, fast: bool, turn_s: float, rounds: int, kernels=()) -> dict:
+def power_row(M: int, N: int, K: int, fast: bool, turn_s: float, rounds: int, forced=()) -> dict:
     a, b, sa, sb, _, _ = make_operands(M, N, K)
     kw = dict(out_dtype=torch.bfloat16, use_fast_accum=fast)
     with backends("fp8ext"):
         kernel = kernels.selected_kernel(M, N, K, torch.bfloat16, fast)
     call = lambda: ops.scaled_mm(a, b, sa, sb, **kw)  # noqa: E731
     peers = {"fp8ext": call, "torch_rowwise": lambda: torch._scaled_mm(a, b, sa, sb, **kw)}
-    peers.update({k: _forced(k, call) for k in kernels})
+    peers.update({k: _forced(k, call) for k in forced})
     turns = {p: [] for p in peers}
     sampler = SmiSampler(torch.cuda.current_device())
     try:
@@ -214,14 +214,14 @@ def parse_ncu_csv(text: str) -> list[dict]:
     if start < 0:
         return []
     lines = [line for line in text[start:].splitlines() if line.startswith('"')]  # not ncu's ==PROF== lines
-    kernels: dict[str, dict] = {}
+    launches: dict[str, dict] = {}
     for r in csv.DictReader(io.StringIO("\n".join(lines))):
-        k = kernels.setdefault(r["ID"], {"kernel": r["Kernel Name"]})
+        k = launches.setdefault(r["ID"], {"kernel": r["Kernel Name"]})
         try:
             k[r["Metric Name"]] = float(r["Metric Value"].replace(",", ""))
         except ValueError:
             k[r["Metric Name"]] = r["Metric Value"]
-    return list(kernels.values())
+    return list(launches.values())
 
 
 def ncu_binary() -> str:
@@ -240,16 +240,16 @@ def ncu_row(peer: str, M: int, N: int, K: int, fast: bool, timeout_s: float = 30
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as e:
         return {**row, "error": f"{type(e).__name__}: {e}"}
-    kernels = parse_ncu_csv(done.stdout)
-    if done.returncode != 0 or not kernels:
+    launches = parse_ncu_csv(done.stdout)
+    if done.returncode != 0 or not launches:
         return {**row, "error": f"ncu rc={done.returncode}: {(done.stderr or done.stdout)[-400:]}"}
-    main = max(kernels, key=lambda k: k.get("gpu__time_duration.sum", 0.0))
-    return {**row, "kernels": [k["kernel"][:120] for k in kernels],
+    main = max(launches, key=lambda k: k.get("gpu__time_duration.sum", 0.0))
+    return {**row, "kernels": [k["kernel"][:120] for k in launches],
             "dram_bytes": sum(k.get("dram__bytes_read.sum", 0.0) + k.get("dram__bytes_write.sum", 0.0)
-                              for k in kernels),
-            "dram_read_bytes": sum(k.get("dram__bytes_read.sum", 0.0) for k in kernels),
+                              for k in launches),
+            "dram_read_bytes": sum(k.get("dram__bytes_read.sum", 0.0) for k in launches),
             "tensor_pipe_pct": main.get("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"),
-            "gpu_ns": sum(k.get("gpu__time_duration.sum", 0.0) for k in kernels)}
+            "gpu_ns": sum(k.get("gpu__time_duration.sum", 0.0) for k in launches)}
 
 
 def summarize_sections(power: list[dict], ncu: list[dict]) -> dict:
@@ -312,13 +312,13 @@ def large_m(args) -> dict:
     host = host_inclusive_timer(args.rep_ms) if args.host_inclusive else None
     rows += run_zoo(large_m_rows(parts), accums(args), Timer(rep_ms=args.rep_ms), check=not args.no_check,
                     progress=not args.quiet, rounds=args.rounds, host_timer=host)
-    kernels = [k for k in args.kernels.split(",") if k]
+    forced = [k for k in args.kernels.split(",") if k]
     shapes = parse_shapes(args.section_shapes) if args.section_shapes else SECTION_SHAPES
     for fast in accums(args):
         if "power" in sections:
-            power += power_section(shapes, fast, args.turn_s, args.rounds, kernels)
+            power += power_section(shapes, fast, args.turn_s, args.rounds, forced)
         if "ncu" in sections:
-            ncu += [ncu_row(p, M, N, K, fast) for M, N, K in shapes for p in ["torch_rowwise", "fp8ext"] + kernels]
+            ncu += [ncu_row(p, M, N, K, fast) for M, N, K in shapes for p in ["torch_rowwise", "fp8ext"] + forced]
     print_zoo_table(rows)
     method = (timing_method(args) + (HOST_METHOD if host is not None else "") + " Sections: " + __doc__.split(
         "Sections at four large shapes (--sections):")[1].split("A long run")[0].strip())
