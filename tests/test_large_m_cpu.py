@@ -176,3 +176,20 @@ def test_the_sampler_reads_nvidia_smi_until_stopped(tmp_path, monkeypatch):
         time.sleep(0.05)
     samples = sampler.stop()
     assert [s[1:] for s in samples] == [(1400.0, 690.5), (1401.0, 691.5), (1402.0, 692.5)]
+
+
+def test_a_run_cut_short_keeps_the_parts_it_measured(fake_gpu, monkeypatch, tmp_path):
+    def run_zoo(rows, *a, **kw):
+        if rows[0]["split"] == "llama":
+            raise KeyboardInterrupt  # what a time limit does in the middle of a part
+        return [row(r["split"], r["M"], 10.0, 12.0) for r in rows]
+
+    monkeypatch.setattr(large_m, "run_zoo", run_zoo)
+    monkeypatch.setattr(large_m, "Timer", lambda rep_ms, hold=True: None)
+    path = tmp_path / "cut.json"
+    with pytest.raises(KeyboardInterrupt):
+        main(["--suite", "large-m", "--parts", "fresh,llama", "--accum", "fast", "--sections", "",
+              "--json", str(path), "--quiet"])
+    rec = json.loads(path.read_text())
+    assert rec["partial"] is True and rec["suite"] == "large-m"
+    assert {r["split"] for r in rec["rows"]} == {"fresh"} and len(rec["rows"]) == len(zoo_rows("fresh"))

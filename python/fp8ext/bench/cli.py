@@ -3,9 +3,7 @@ demo, and the record: header, summary, JSON and plot."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 from typing import Optional
 
 import torch
@@ -13,7 +11,7 @@ import torch
 from .. import kernels, ops
 from ..testing import check_against_reference
 from . import suites  # noqa: F401  (registers the suites)
-from .common import make_operands, parse_shapes, suite_record
+from .common import make_operands, parse_shapes, suite_record, write_record
 from .registry import SUITES, Suite
 
 # The shared options that a suite may give its own default (Suite.defaults).
@@ -88,12 +86,6 @@ def print_summary(suite: Suite, summary: dict) -> None:
     print(f"\n{suite.summary_title or f'{suite.name} summary'}:")
     for k, v in summary.items():
         print(f"  {k:32s} {f'{v:.3f}' if isinstance(v, float) else v}")
-
-
-def write_record(path: str, record: dict) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(record, indent=1) + "\n")
-    print(f"\nwrote {path}")
 
 
 def main(argv=None) -> int:

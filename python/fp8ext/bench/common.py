@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import json
 import math
 import os
 import platform
@@ -238,3 +239,10 @@ def acceptance(values: list, expected: int, passes: Callable[[list], bool]):
     """passes(values) where every one of the `expected` measurements was taken, else "incomplete": an acceptance
     is not judged on the rows that happened to survive."""
     return bool(passes(values)) if values and len(values) == expected else "incomplete"
+
+
+def write_record(path: str, record: dict, quiet: bool = False) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(record, indent=1) + "\n")
+    if not quiet:
+        print(f"\nwrote {path}")

@@ -12,7 +12,9 @@ The peers of both sections are torch row-wise and fp8ext's kernels (the dispatch
 adds fp8ext kernels forced by name (with scheduler options), to compare kernels and tile orders. --section-shapes
 takes other shapes.
 A long run can be taken in parts (--parts, --accum, --sections) and put together with --merge, which takes the rows
-and sections of earlier records of this suite made by the same build on the same GPU and torch.
+and sections of earlier records of this suite made by the same build on the same GPU and torch. With --json the
+record is rewritten after each part and section ("partial": true until the run ends), so a run cut short by a time
+limit keeps what it measured.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ import torch
 
 from ... import kernels, ops
 from ...zoo import LLAMA_M, LLAMA_NK, zoo_rows
-from ..common import backends, geomean, make_operands, parse_shapes, ratio, suite_record
+from ..common import backends, geomean, make_operands, parse_shapes, ratio, suite_record, write_record
 from ..registry import register_suite
 from ..timing import Timer, median
 from .peers import SPEEDUP_TITLE, accums, timing_method
@@ -310,15 +312,28 @@ def large_m(args) -> dict:
         raise SystemExit(f"large-m: unknown part or section {bad!r}")
     rows, power, ncu, extra = merged([p for p in args.merge.split(",") if p]) if args.merge else ([], [], [], {})
     host = host_inclusive_timer(args.rep_ms) if args.host_inclusive else None
-    rows += run_zoo(large_m_rows(parts), accums(args), Timer(rep_ms=args.rep_ms), check=not args.no_check,
-                    progress=not args.quiet, rounds=args.rounds, host_timer=host)
+
+    def checkpoint():
+        # A run cut short by a time limit keeps what it measured: the record so far, rewritten after each part and
+        # section (the full record replaces it at the end).
+        if args.json:
+            write_record(args.json, {**suite_record("large-m"), "partial": True, "rows": rows, "power": power,
+                                     "ncu": ncu, **extra}, quiet=True)
+
+    for part in parts:
+        rows += run_zoo(large_m_rows([part]), accums(args), Timer(rep_ms=args.rep_ms), check=not args.no_check,
+                        progress=not args.quiet, rounds=args.rounds, host_timer=host)
+        checkpoint()
     forced = [k for k in args.kernels.split(",") if k]
     shapes = parse_shapes(args.section_shapes) if args.section_shapes else SECTION_SHAPES
     for fast in accums(args):
         if "power" in sections:
             power += power_section(shapes, fast, args.turn_s, args.rounds, forced)
+            checkpoint()
         if "ncu" in sections:
-            ncu += [ncu_row(p, M, N, K, fast) for M, N, K in shapes for p in ["torch_rowwise", "fp8ext"] + forced]
+            for M, N, K in shapes:
+                ncu += [ncu_row(p, M, N, K, fast) for p in ["torch_rowwise", "fp8ext"] + forced]
+                checkpoint()
     print_zoo_table(rows)
     method = (timing_method(args) + (HOST_METHOD if host is not None else "") + " Sections: " + __doc__.split(
         "Sections at four large shapes (--sections):")[1].split("A long run")[0].strip())
