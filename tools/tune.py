@@ -46,12 +46,11 @@ SLOW_CUTOFF = 3.0  # a candidate slower than this times the row's fastest first 
 def calibration_rows(include_llama: bool = True) -> list[dict]:
     """The zoo's tuning part, then the llama grid (M = 1..16384 on the 12 llama weights), in a fixed shuffled
     order so that a run cut short by its deadline still covers every kind of shape."""
-    from fp8ext.zoo import LLAMA_M, LLAMA_NK, zoo_rows
+    from fp8ext.zoo import llama_rows, zoo_rows
 
     rows = [dict(r, source="zoo") for r in zoo_rows("tune")]
     if include_llama:
-        rows += [{"M": m, "N": n, "K": k, "weight": f"llama/{n}x{k}", "split": "tune", "source": "llama"}
-                 for n, k in LLAMA_NK for m in LLAMA_M]
+        rows += llama_rows("tune", source="llama")
     random.Random(0).shuffle(rows)
     return rows
 

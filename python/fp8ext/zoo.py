@@ -38,6 +38,12 @@ LLAMA3_LAYERS: dict[str, dict[str, tuple[int, int]]] = {
 LLAMA_NK: list[tuple[int, int]] = [nk for layer in LLAMA3_LAYERS.values() for nk in layer.values()]
 LLAMA_M = [1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 
+
+def llama_rows(split: str, **extra) -> list[dict]:
+    """The llama grid as rows in the zoo's form, weight by weight, M ascending."""
+    return [{"M": m, "N": n, "K": k, "weight": f"llama/{n}x{k}", "split": split, **extra}
+            for n, k in LLAMA_NK for m in LLAMA_M]
+
 # (family, layer, N, K). Attention projections fused as the serving engines run them (q, k, v in one weight;
 # gate and up in one), MLP down projections, MoE experts and lm_heads. Sizes from the models' published configs.
 MODEL_WEIGHTS: list[tuple[str, str, int, int]] = [

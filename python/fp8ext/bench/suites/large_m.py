@@ -34,7 +34,7 @@ from typing import Optional
 import torch
 
 from ... import kernels, ops
-from ...zoo import LLAMA_M, LLAMA_NK, zoo_rows
+from ...zoo import llama_rows, zoo_rows
 from ..common import backends, geomean, make_operands, parse_shapes, ratio, suite_record, write_record
 from ..registry import register_suite
 from ..timing import Timer, median
@@ -53,8 +53,7 @@ def large_m_rows(parts) -> list[dict]:
     rows = []
     for part in parts:
         if part == "llama":
-            rows += [{"M": m, "N": n, "K": k, "weight": f"llama/{n}x{k}", "split": "llama"}
-                     for n, k in LLAMA_NK for m in LLAMA_M]
+            rows += llama_rows("llama")
         else:
             rows += zoo_rows(part)
     return rows
