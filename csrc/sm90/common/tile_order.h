@@ -22,9 +22,9 @@
 #include <cstdint>
 
 #if defined(__CUDACC__)
-#define FP8EXT_HOST_DEVICE __host__ __device__ __forceinline__
+#define FP8EXT_TILE_ORDER_FN __host__ __device__ __forceinline__
 #else
-#define FP8EXT_HOST_DEVICE inline
+#define FP8EXT_TILE_ORDER_FN inline
 #endif
 
 namespace fp8ext::sm90 {
@@ -37,7 +37,7 @@ struct ClusterCoord {
 };
 
 // The cluster visited at position `index` (< minor * major) of the walk; band >= 1, clamped to minor.
-FP8EXT_HOST_DEVICE ClusterCoord cluster_at(uint32_t index, uint32_t minor, uint32_t major, uint32_t band) {
+FP8EXT_TILE_ORDER_FN ClusterCoord cluster_at(uint32_t index, uint32_t minor, uint32_t major, uint32_t band) {
   if (band > minor) band = minor;
   const uint32_t per_band = band * major;
   const uint32_t b = index / per_band;
