@@ -60,13 +60,11 @@ struct Padded {
 
 bool cutlass_walk(const KernelTraits& t) { return t.schedule == Schedule::kStreamK; }
 
+// The band the traffic term charges is CUTLASS's for both walks (at most 8), as the coefficients were fitted.
 Padded padded_grid(const KernelTraits& t, const Grid& g, int band) {
   const int64_t cm = round_up(g.bm, g.cm), cn = round_up(g.bn, g.cn);
-  if (!cutlass_walk(t)) {
-    const int64_t shorter = std::min(cm / g.cm, cn / g.cn);  // in clusters
-    return {cm, cn, int(std::max<int64_t>(1, std::min<int64_t>(band, shorter)))};
-  }
   const int used = effective_band(cm, cn, band);
+  if (!cutlass_walk(t)) return {cm, cn, used};
   return {round_up(cm, int64_t(used) * g.cm), round_up(cn, int64_t(used) * g.cn), used};
 }
 
