@@ -143,8 +143,8 @@ KernelChoice parse_choice(const std::string& text, std::string* error) {
                          std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
   const int band = digits_ok ? std::stoi(digits) : 0;
   if (!raster_ok || band < 1 || band > kMaxBand) {
-    *error = "scheduler options '@" + opts + "' are not a raster (H, M or N) followed by a band width in clusters (1 to " +
-             std::to_string(kMaxBand) + ")";
+    *error = "scheduler options '@" + opts + "' are not a raster (H, M or N) followed by a band width in " +
+             "clusters (1 to " + std::to_string(kMaxBand) + ")";
     return {};
   }
   if (kernel->traits.schedule == Schedule::kGemv) {
