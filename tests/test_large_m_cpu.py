@@ -193,3 +193,28 @@ def test_a_run_cut_short_keeps_the_parts_it_measured(fake_gpu, monkeypatch, tmp_
     rec = json.loads(path.read_text())
     assert rec["partial"] is True and rec["suite"] == "large-m"
     assert {r["split"] for r in rec["rows"]} == {"fresh"} and len(rec["rows"]) == len(zoo_rows("fresh"))
+
+
+@pytest.mark.parametrize("peer, forced", [("torch_rowwise", None), ("fp8ext", None), ("k@N8", "k@N8")])
+def test_ncu_target_forces_only_a_named_kernel(monkeypatch, peer, forced):
+    import contextlib
+    import types
+
+    seen, calls = [], []
+
+    @contextlib.contextmanager
+    def force_kernel(name):
+        seen.append(name)
+        yield
+
+    monkeypatch.setattr(large_m, "make_operands", lambda M, N, K: (None,) * 6)
+    monkeypatch.setattr(large_m, "backends", lambda name: contextlib.nullcontext())
+    monkeypatch.setattr(large_m.kernels, "force_kernel", force_kernel)
+    monkeypatch.setattr(large_m.torch, "_scaled_mm", lambda *a, **kw: calls.append("torch"))
+    monkeypatch.setattr(large_m.ops, "scaled_mm", lambda *a, **kw: calls.append("fp8ext"))
+    monkeypatch.setattr(large_m.torch.cuda, "synchronize", lambda: None)
+    noop = types.SimpleNamespace(cudaProfilerStart=lambda: None, cudaProfilerStop=lambda: None)
+    monkeypatch.setattr(large_m.torch.cuda, "cudart", lambda: noop)
+    large_m.ncu_target(peer, 256, 512, 1024, True)
+    assert seen == [forced]
+    assert calls == ["torch" if peer == "torch_rowwise" else "fp8ext"] * 4

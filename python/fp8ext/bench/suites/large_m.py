@@ -190,6 +190,11 @@ def _back_to_back(fn, seconds: float) -> tuple[float, float, float]:
 
 # --- ncu: one call of each peer under Nsight Compute ---------------------------------------------------------------
 
+def forced_name(peer: str) -> Optional[str]:
+    """The kernel a section's peer forces: none for cuBLASLt and for fp8ext's own pick."""
+    return None if peer in ("torch_rowwise", "fp8ext") else peer
+
+
 def ncu_target(peer: str, M: int, N: int, K: int, fast: bool) -> None:
     """What Nsight Compute profiles: three warm-up calls, then one call between cudaProfilerStart/Stop. `peer` is
     "torch_rowwise", "fp8ext" (the dispatch's kernel, backstop off) or a kernel's written form (forced)."""
@@ -199,7 +204,7 @@ def ncu_target(peer: str, M: int, N: int, K: int, fast: bool) -> None:
         call = lambda: torch._scaled_mm(a, b, sa, sb, **kw)  # noqa: E731
     else:
         call = lambda: ops.scaled_mm(a, b, sa, sb, **kw)  # noqa: E731
-    with backends("fp8ext"), kernels.force_kernel(None if peer == "fp8ext" else peer):
+    with backends("fp8ext"), kernels.force_kernel(forced_name(peer)):
         for _ in range(3):
             call()
         torch.cuda.synchronize()
