@@ -44,6 +44,7 @@ def llama_rows(split: str, **extra) -> list[dict]:
     return [{"M": m, "N": n, "K": k, "weight": f"llama/{n}x{k}", "split": split, **extra}
             for n, k in LLAMA_NK for m in LLAMA_M]
 
+
 # (family, layer, N, K). Attention projections fused as the serving engines run them (q, k, v in one weight;
 # gate and up in one), MLP down projections, MoE experts and lm_heads. Sizes from the models' published configs.
 MODEL_WEIGHTS: list[tuple[str, str, int, int]] = [

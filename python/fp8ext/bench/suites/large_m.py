@@ -317,12 +317,14 @@ def large_m(args) -> dict:
     rows, power, ncu, extra = merged([p for p in args.merge.split(",") if p]) if args.merge else ([], [], [], {})
     host = host_inclusive_timer(args.rep_ms) if args.host_inclusive else None
 
+    # A run cut short by a time limit keeps what it measured: the record so far, rewritten after each part and
+    # section (the full record replaces it at the end). Its header is read once (git and the GPU's name).
+    head = suite_record("large-m") if args.json else None
+
     def checkpoint():
-        # A run cut short by a time limit keeps what it measured: the record so far, rewritten after each part and
-        # section (the full record replaces it at the end).
-        if args.json:
-            write_record(args.json, {**suite_record("large-m"), "partial": True, "rows": rows, "power": power,
-                                     "ncu": ncu, **extra}, quiet=True)
+        if head is not None:
+            write_record(args.json, {**head, "partial": True, "rows": rows, "power": power, "ncu": ncu, **extra},
+                         quiet=True)
 
     for part in parts:
         rows += run_zoo(large_m_rows([part]), accums(args), Timer(rep_ms=args.rep_ms), check=not args.no_check,
