@@ -20,22 +20,20 @@ TORCH = "torch._scaled_mm"
 KERNEL_ADVANTAGE = 0.06  # dispatch.h kKernelAdvantage: the predicted advantage a kernel needs over torch
 
 
-def computed_tiles(kernel: str, M: int, N: int, K: int, band: int) -> int:
-    """Tiles a kernel's persistent scheduler computes. fp8ext's banded walk (tile_order.h): the tile grid rounded
-    up to the cluster, nothing more, at any band. CUTLASS's (the stream-K kernels; PersistentTileSchedulerSm90Params,
-    CUTLASS 4.2): then both sides to swizzle x cluster, where the swizzle is the largest of 8, 4, 2 allowed by the
-    band and by the shorter side (>= 6, >= 3, >= 2 tiles), else 1. Written here from the CUTLASS source and the
-    header, independently of cost_model.cpp."""
+def cutlass_tiles(kernel: str, M: int, N: int, K: int, max_swizzle: int) -> int:
+    """Tiles CUTLASS's persistent scheduler computes (PersistentTileSchedulerSm90Params, CUTLASS 4.2): the tile
+    grid rounded up to the cluster, then both sides to swizzle x cluster, where the swizzle is the largest of
+    8, 4, 2 allowed by max_swizzle and by the shorter side (>= 6, >= 3, >= 2 tiles), else 1. Written here from the
+    CUTLASS source, independently of cost_model.cpp."""
     t = fp8ext.kernel_traits(kernel)
     tm, tn, _ = t["tile"]
     cm, cn = t["cluster"]
     mm, nn = (N, M) if t["swap_ab"] else (M, N)
     bm = -(-(-(-mm // tm)) // cm) * cm
     bn = -(-(-(-nn // tn)) // cn) * cn
-    if t["schedule"] != "streamk":
-        return bm * bn
     shorter = min(bm, bn)
-    s = 8 if band >= 8 and shorter >= 6 else 4 if band >= 4 and shorter >= 3 else 2 if band >= 2 and shorter >= 2 else 1
+    s = 8 if max_swizzle >= 8 and shorter >= 6 else 4 if max_swizzle >= 4 and shorter >= 3 else \
+        2 if max_swizzle >= 2 and shorter >= 2 else 1
     return (-(-bm // (s * cm)) * s * cm) * (-(-bn // (s * cn)) * s * cn)
 
 
@@ -52,11 +50,11 @@ def random_shapes(n, seed):
     return [(rng.randint(1, 20000), 16 * rng.randint(1, 8000), 16 * rng.randint(1, 4000)) for _ in range(n)]
 
 
-def test_tile_counts_match_the_schedulers_for_every_band():
+def test_tile_counts_match_cutlass_for_every_band():
     for M, N, K in random_shapes(40, 1) + [(4096, 2176, 7168), (4096, 5120, 5120), (1, 16, 16)]:
         for k in tiled_kernels():
-            for band in (1, 2, 3, 4, 8, 16, 64):
-                assert terms(f"{k}@H{band}", M, N, K)[4] == computed_tiles(k, M, N, K, band), (k, band, M, N, K)
+            for band in (1, 2, 4, 8):
+                assert terms(f"{k}@H{band}", M, N, K)[4] == cutlass_tiles(k, M, N, K, band), (k, band, M, N, K)
 
 
 def test_the_chosen_band_is_the_widest_that_pads_nothing():
@@ -66,24 +64,21 @@ def test_the_chosen_band_is_the_widest_that_pads_nothing():
             name, _, opts = r["kernel"].partition("@")
             if fp8ext.kernel_traits(name)["schedule"] == "gemv":
                 continue
-            band = int(opts[1:]) if opts else 8
-            unpadded = computed_tiles(name, M, N, K, 1)
-            assert computed_tiles(name, M, N, K, band) == unpadded, (r, M, N, K)
+            band = int(opts[1]) if opts else 8
+            unpadded = cutlass_tiles(name, M, N, K, 1)
+            assert cutlass_tiles(name, M, N, K, band) == unpadded, (r, M, N, K)
             wider = [b for b in (2, 4, 8) if b > band]
-            assert all(computed_tiles(name, M, N, K, b) > unpadded for b in wider), (r, M, N, K)
+            assert all(cutlass_tiles(name, M, N, K, b) > unpadded for b in wider), (r, M, N, K)
 
 
 def test_the_issue_example_runs_without_padded_tiles():
-    # 4096x2176x7168 on coop_128x256x128_c2x1: CUTLASS's walk at band 8 computed 512 tiles for 288 needed (the
-    # kernel took 227 us against 134 us with band 1 on the H200). fp8ext's walk computes 288 at every band, so the
-    # default band stays; the stream-K kernels keep CUTLASS's walk and its padding.
+    # 4096x2176x7168 on coop_128x256x128_c2x1: CUTLASS's default band 8 computes 512 tiles for 288 needed (the
+    # kernel took 227 us against 134 us with band 1 on the H200); the rule's band computes exactly 288.
     k = "coop_128x256x128_c2x1_fast_bf16"
-    for band in (1, 8, 64):
-        assert terms(f"{k}@H{band}", 4096, 2176, 7168)[3:5] == [288.0, 288.0]
+    assert terms(f"{k}@H8", 4096, 2176, 7168)[3:5] == [288.0, 512.0]
     (mine,) = [r for r in fp8ext.selected_kernel(4096, 2176, 7168, explain=True)["ranking"]
                if r["kernel"].startswith(k)]
-    assert mine["kernel"] == k and mine["tile_ratio"] == 1.0
-    assert terms("swap_sk_128x256x128_c2x1_fast_bf16@H8", 2176, 4096, 7168)[3:5] == [288.0, 512.0]
+    assert mine["kernel"] == k + "@H1" and mine["tile_ratio"] == 1.0
 
 
 def test_predictions_follow_the_documented_formula():

@@ -62,7 +62,7 @@ fp8ext.testing.blockwise_kernel_out_dtype reads it.
 
 Scheduler options are not part of a kernel's name: a row-wise name may be followed by "@" + raster + band, as in
 "coop_128x256x128_c2x1_fast_bf16@H1", for how the persistent tile scheduler walks the output tiles in the kernel's
-own frame: raster M, N or H (CUTLASS's heuristic, along the longer side), in bands of 1 to 64 clusters. The bare
+own frame: raster M, N or H (CUTLASS's heuristic, along the longer side), in bands of 1, 2, 4 or 8 tiles. The bare
 name means "@H8". Dispatch chooses them per call (dispatch/cost_model.h); fp8ext.force_kernel takes them and
 fp8ext.selected_kernel shows them (dispatch/dispatch.h, KernelChoice).
 

@@ -179,8 +179,7 @@ def force_kernel(name: Optional[str]) -> Iterator[None]:
 
     ``name`` may end in ``@`` + raster + band, the persistent tile scheduler's walk over the output tiles in the
     kernel's own frame (a swapped kernel's M is the call's N): raster ``M``, ``N`` or ``H`` (CUTLASS's
-    heuristic), band width 1 to 64 clusters (stream-K kernels use 1, 2, 4 or 8: the widest not above it).
-    ``name`` alone means ``@H8``."""
+    heuristic), band width 1, 2, 4 or 8 tiles. ``name`` alone means ``@H8``."""
     if not _has_cuda_kernels():
         raise RuntimeError("fp8ext.force_kernel: this build has no CUDA kernels")
     outer = torch.ops.fp8ext._forced_kernel()

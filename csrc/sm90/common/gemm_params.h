@@ -12,24 +12,20 @@
 #include <cuda_runtime_api.h>
 
 #include "sm90/common/kernel_config.h"
-#include "sm90/common/tile_order.h"
 
 namespace fp8ext::sm90 {
 
 // How the persistent tile scheduler walks the output tiles, in the kernel's own (MMA) frame: a swapped kernel's
-// M is the user's N. Tiles are visited in bands `band` clusters wide (1 to kMaxBand) across the raster direction,
-// so that the CTAs of one wave share operand rows in L2 (tile_order.h has the walk). Which order reads the fewest
-// bytes from HBM depends on the shape; the cost model picks the band per call (cost_model.h). The GEMV and
-// kernels without a persistent scheduler ignore it; stream-K kernels keep CUTLASS's walk (cutlass_band).
+// M is the user's N. Tiles are visited in bands `max_swizzle` tiles wide (1, 2, 4 or 8) across the raster
+// direction, so that the CTAs of one wave share operand rows in L2. Which order reads the fewest bytes from
+// HBM depends on the shape; the dispatch table carries the measured best per row (dispatch.h). The GEMV and
+// kernels without a persistent scheduler ignore it.
 enum class Raster : uint8_t { kHeuristic, kAlongM, kAlongN };  // kHeuristic: CUTLASS's (along the longer side)
 struct SchedulerOptions {
   Raster raster = Raster::kHeuristic;
-  int band = 8;
-  bool operator==(const SchedulerOptions& o) const { return raster == o.raster && band == o.band; }
+  int max_swizzle = 8;
+  bool operator==(const SchedulerOptions& o) const { return raster == o.raster && max_swizzle == o.max_swizzle; }
 };
-
-// The band CUTLASS's own scheduler (stream-K) takes for `band`: the widest of 1, 2, 4, 8 not above it.
-constexpr int cutlass_band(int band) { return band >= 8 ? 8 : band >= 4 ? 4 : band >= 2 ? 2 : 1; }
 
 struct GemmParams {
   int64_t M = 0, N = 0, K = 0;

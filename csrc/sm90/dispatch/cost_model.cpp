@@ -51,25 +51,21 @@ Grid grid_of(const KernelTraits& t, const CostProblem& p) {
   return {ceil_div(mma_m, t.tile_m), ceil_div(mma_n, t.tile_n), t.cluster_m, t.cluster_n};
 }
 
-// The tile grid a kernel computes for a requested band: rounded to the cluster; CUTLASS's own walk (stream-K)
-// also rounds both sides to the band it really uses x cluster, fp8ext's banded walk (tile_order.h) never does.
+// The tile grid CUTLASS computes for a requested band: first rounded to the cluster, then (both sides) to the
+// band it really uses x cluster.
 struct Padded {
   int64_t m, n;
   int band;
 };
 
-bool cutlass_walk(const KernelTraits& t) { return t.schedule == Schedule::kStreamK; }
-
-// The band the traffic term charges is CUTLASS's for both walks (at most 8), as the coefficients were fitted.
-Padded padded_grid(const KernelTraits& t, const Grid& g, int band) {
+Padded padded_grid(const Grid& g, int max_swizzle) {
   const int64_t cm = round_up(g.bm, g.cm), cn = round_up(g.bn, g.cn);
-  const int used = effective_band(cm, cn, band);
-  if (!cutlass_walk(t)) return {cm, cn, used};
-  return {round_up(cm, int64_t(used) * g.cm), round_up(cn, int64_t(used) * g.cn), used};
+  const int band = effective_band(cm, cn, max_swizzle);
+  return {round_up(cm, int64_t(band) * g.cm), round_up(cn, int64_t(band) * g.cn), band};
 }
 
-int64_t computed_for_band(const KernelTraits& t, const Grid& g, int band) {
-  const Padded pg = padded_grid(t, g, band);
+int64_t computed_for_band(const Grid& g, int max_swizzle) {
+  const Padded pg = padded_grid(g, max_swizzle);
   return pg.m * pg.n;
 }
 
@@ -142,11 +138,11 @@ SchedulerOptions scheduler_options(const KernelTraits& t, const CostProblem& p) 
   SchedulerOptions o;
   if (t.schedule == Schedule::kGemv) return o;
   const Grid g = grid_of(t, p);
-  const int64_t minimum = computed_for_band(t, g, 1);
-  o.band = 1;
+  const int64_t minimum = computed_for_band(g, 1);
+  o.max_swizzle = 1;
   for (int band : {8, 4, 2}) {
-    if (computed_for_band(t, g, band) == minimum) {
-      o.band = band;
+    if (computed_for_band(g, band) == minimum) {
+      o.max_swizzle = band;
       break;
     }
   }
@@ -165,7 +161,7 @@ CostTerms cost_terms(const KernelTraits& t, const CostProblem& p, const Schedule
   const Grid g = grid_of(t, p);
   const int cluster = t.cluster_m * t.cluster_n;
   const int64_t slots = std::max<int64_t>(1, sms / cluster);  // clusters resident at once, one CTA per SM
-  const Padded pg = padded_grid(t, g, sched.band);
+  const Padded pg = padded_grid(g, sched.max_swizzle);
   const int64_t pm = pg.m, pn = pg.n;
   const int band = pg.band;
   f.tiles_needed = g.bm * g.bn;

@@ -1,11 +1,10 @@
 // The cost model that ranks the built kernels for any problem. Plain C++: no CUTLASS, no libtorch.
 //
 // For one kernel and one problem (M, N, K in the user's frame) it derives, from the kernel's traits alone:
-//   - the tile scheduler's options for this call (scheduler_options): the widest band (1, 2, 4 or 8 clusters)
-//     that adds no padded tile. fp8ext's banded walk (tile_order.h) pads nothing at any band, so its kernels get
-//     band 8; CUTLASS's stream-K scheduler rounds the tile grid up to a multiple of band x cluster along BOTH
-//     dimensions, and a padded tile runs the whole K loop (4096x2176x7168 on a 128x256 tile with CUTLASS's walk:
-//     227 us with band 8, 134 us with band 1);
+//   - the tile scheduler's options for this call (scheduler_options): the widest band (1, 2, 4 or 8 tiles) that
+//     adds no padded tile. CUTLASS's persistent and stream-K schedulers round the tile grid up to a multiple of
+//     band x cluster along BOTH dimensions, and a padded tile runs the whole K loop (4096x2176x7168 on a 128x256
+//     tile: 227 us with band 8, 134 us with band 1);
 //   - the tiles it computes (padding included) against the tiles the problem needs (tile_ratio);
 //   - the rounds of clusters per wave on the device's SMs, and the bytes it moves from HBM;
 // and predicts its time as

@@ -137,14 +137,10 @@ KernelChoice parse_choice(const std::string& text, std::string* error) {
   KernelChoice choice{kernel, {}};
   if (at == std::string::npos) return choice;
   const std::string opts = text.substr(at + 1);
-  const bool raster_ok = !opts.empty() && (opts[0] == 'H' || opts[0] == 'M' || opts[0] == 'N');
-  const std::string digits = raster_ok ? opts.substr(1) : std::string();
-  const bool digits_ok = (digits.size() == 1 || digits.size() == 2) && digits[0] != '0' &&
-                         std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
-  const int band = digits_ok ? std::stoi(digits) : 0;
-  if (!raster_ok || band < 1 || band > kMaxBand) {
-    *error = "scheduler options '@" + opts + "' are not a raster (H, M or N) followed by a band width in " +
-             "clusters (1 to " + std::to_string(kMaxBand) + ")";
+  const bool raster_ok = opts.size() == 2 && (opts[0] == 'H' || opts[0] == 'M' || opts[0] == 'N');
+  const bool band_ok = opts.size() == 2 && (opts[1] == '1' || opts[1] == '2' || opts[1] == '4' || opts[1] == '8');
+  if (!raster_ok || !band_ok) {
+    *error = "scheduler options '@" + opts + "' are not a raster (H, M or N) followed by a band width (1, 2, 4 or 8)";
     return {};
   }
   if (kernel->traits.schedule == Schedule::kGemv) {
@@ -152,7 +148,7 @@ KernelChoice parse_choice(const std::string& text, std::string* error) {
     return {};
   }
   choice.sched.raster = opts[0] == 'M' ? Raster::kAlongM : opts[0] == 'N' ? Raster::kAlongN : Raster::kHeuristic;
-  choice.sched.band = band;
+  choice.sched.max_swizzle = opts[1] - '0';
   return choice;
 }
 
@@ -161,7 +157,7 @@ std::string choice_name(const KernelChoice& choice) {
   std::string s = choice.kernel->name;
   if (choice.sched == SchedulerOptions{}) return s;
   const char raster = choice.sched.raster == Raster::kAlongM ? 'M' : choice.sched.raster == Raster::kAlongN ? 'N' : 'H';
-  return s + '@' + raster + std::to_string(choice.sched.band);
+  return s + '@' + raster + static_cast<char>('0' + choice.sched.max_swizzle);
 }
 
 std::string describe(const ProblemKey& key) {

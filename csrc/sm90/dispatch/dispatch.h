@@ -25,8 +25,8 @@ struct ProblemKey {
 
 // A kernel and the order its tile scheduler walks the output (gemm_params.h). Written as the kernel's name,
 // optionally followed by "@" + raster + band width: "pp_128x128x128_c1x2_fast_bf16@N4" walks along N in bands
-// of 4 clusters (raster M, N or H for CUTLASS's heuristic; band 1 to kMaxBand, tile_order.h). The bare name
-// means "@H8". Dispatch chooses the band per call (cost_model.h).
+// of 4 tiles (raster M, N or H for CUTLASS's heuristic; band 1, 2, 4 or 8). The bare name means "@H8". Dispatch
+// chooses the band per call (cost_model.h: the widest that adds no padded tile).
 struct KernelChoice {
   const KernelEntry* kernel = nullptr;
   SchedulerOptions sched;

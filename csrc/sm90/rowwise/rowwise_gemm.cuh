@@ -20,7 +20,6 @@
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <cutlass/gemm/kernel/tile_scheduler.hpp>
 
-#include "sm90/common/banded_tile_scheduler.cuh"
 #include "sm90/common/cutlass_common.cuh"
 #include "sm90/common/gemm_params.h"
 #include "sm90/common/kernel_config.h"
@@ -72,9 +71,8 @@ struct RowwiseGemm {
   using KernelSchedule = typename MainloopSchedule<Config::kSchedule, Config::kAccum>::type;
   using EpilogueSchedule = cute::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
                                                cutlass::epilogue::TmaWarpSpecializedCooperative>;
-  // Data-parallel kernels walk their tiles in fp8ext's bands (banded_tile_scheduler.cuh); stream-K keeps
-  // CUTLASS's scheduler, whose K split needs its own walk.
-  using TileScheduler = cute::conditional_t<kStreamK, cutlass::gemm::StreamKScheduler, BandedScheduler>;
+  using TileScheduler =
+      cute::conditional_t<kStreamK, cutlass::gemm::StreamKScheduler, cutlass::gemm::PersistentScheduler>;
 
   using Epilogue = RowwiseEpilogue<TileShape, ElementD, kSwapAB>;
 
@@ -113,11 +111,12 @@ struct RowwiseGemm {
         {Epilogue::arguments(p.scale_a, p.scale_a_per_row, p.scale_b, p.scale_b_per_col, p.bias), nullptr,
          f.stride_d, static_cast<ElementD*>(p.out), f.stride_d}};
     set_launch_arguments<kStreamK>(args, p.device_id, p.sm_count);
-    // Tile order (gemm_params.h, tile_order.h): bands of `band` clusters across the raster direction, so one
-    // wave of CTAs shares A rows and B columns in L2 instead of streaming all of A (or B) once per wave. The
-    // stream-K scheduler is CUTLASS's: bands of 1, 2, 4 or 8 clusters, the grid padded to band x cluster.
+    // Tile order (gemm_params.h): bands of max_swizzle tiles across the raster direction, so one wave of CTAs
+    // shares A rows and B columns in L2 instead of streaming all of A (or B) once per wave. CUTLASS rounds the
+    // tile grid up to a multiple of swizzle x cluster, so a wide band on a short side computes empty tiles:
+    // the table picks the band per shape.
     using RasterOptions = decltype(args.scheduler.raster_order);
-    args.scheduler.max_swizzle_size = kStreamK ? cutlass_band(p.sched.band) : p.sched.band;
+    args.scheduler.max_swizzle_size = p.sched.max_swizzle;
     args.scheduler.raster_order = p.sched.raster == Raster::kAlongM   ? RasterOptions::AlongM
                                   : p.sched.raster == Raster::kAlongN ? RasterOptions::AlongN
                                                                       : RasterOptions::Heuristic;
