@@ -306,6 +306,26 @@ def test_registered_suite_gets_the_header_and_its_defaults(fake_gpu, monkeypatch
     assert "--plot: the probe suite has no plot" in out
 
 
+@pytest.mark.parametrize("given, read", [("both", "fast,precise"), ("precise,fast", "precise,fast"),
+                                         ("fast", "fast"), ("precise, both", "precise,fast")])
+def test_accum_words_reach_the_suite_as_fast_and_precise(fake_gpu, monkeypatch, given, read):
+    seen = {}
+    monkeypatch.setitem(bench.SUITES, "probe", bench.Suite("probe", lambda a: seen.update(accum=a.accum) or {
+        "method": "m", "summary": {}, "rows": []}, "a test suite"))
+    assert main(["--suite", "probe", "--accum", given]) == 0
+    assert seen["accum"] == read
+
+
+@pytest.mark.parametrize("given", ["fsat", "fast,bogus", ""])
+def test_an_unknown_accum_is_a_usage_error_not_precise(fake_gpu, capsys, given):
+    # Each suite reads any word but "fast" as precise: an unknown one must stop here, before anything is timed.
+    with pytest.raises(SystemExit) as e:
+        main(["--suite", "large-m", "--accum", given])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--accum" in err and "Traceback" not in err
+
+
 def test_blockwise_suite_rows_and_summary():
     from fp8ext.bench.suites import blockwise as bw
 

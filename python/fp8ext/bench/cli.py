@@ -51,6 +51,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def normalize_accum(text: str) -> str:
+    """--accum as the suites read it: "fast", "precise" or "fast,precise" ("both" is the last). Anything else is an
+    error: a suite reading an unknown word as precise would time the wrong kernels without a word."""
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    out: list[str] = []
+    for w in words:
+        for a in (["fast", "precise"] if w == "both" else [w]):
+            if a not in ("fast", "precise"):
+                raise ValueError(f"--accum {text!r}: {w!r} is not fast, precise or both")
+            if a not in out:
+                out.append(a)
+    if not out:
+        raise ValueError("--accum is empty: give fast, precise or both")
+    return ",".join(out)
+
+
 def gpu_problem() -> Optional[str]:
     """Why this process cannot time fp8ext's kernels, or None where it can."""
     if not torch.cuda.is_available():
@@ -108,6 +124,10 @@ def main(argv=None) -> int:
     for key, value in {**SHARED_DEFAULTS, **suite.defaults}.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    try:
+        args.accum = normalize_accum(args.accum)
+    except ValueError as e:
+        p.error(str(e))
 
     why = gpu_problem()
     if why is not None:
