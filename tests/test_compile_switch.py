@@ -285,3 +285,16 @@ def test_fp8ext_s_candidates_are_timed_under_a_key_that_holds_fp8ext_s_own(resto
     source) is in it, so that another fp8ext's kernels of the same names are timed afresh."""
     fp8ext.compile.enable()
     assert choices.own_key() in choices._extern_choice().hash_key()
+
+
+def test_each_model_compile_starts_from_empty_caches(tmp_path, monkeypatch):
+    import os
+    from fp8ext.bench import compile_models
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    seen = []
+    for _ in range(2):
+        with compile_models._cold_caches():
+            seen.append(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+            assert os.listdir(seen[-1]) == []
+    assert len({str(tmp_path), *seen}) == 3
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path)

@@ -15,10 +15,12 @@ state named:
 Shape by shape, each run is compiled in turn (the first call: `compile_s`, summed over the shapes) and captured as a
 CUDA graph; then every run's graphs are timed in interleaved turns: decode at batch 1 and 8 (one token against a
 static KV cache of 256) and prefill 1 x 2048 (the last token's logits). A torch.profiler trace of one batch-1 decode
-replay counts each run's kernels per layer, its quantize kernels and fp8ext's kernels. Inductor's FX graph cache is
-off, so that every compile is a whole one; its autotune cache stays on, as by default, so that the layers after the
-first find their GEMMs' timings there (run the section with a fresh TORCHINDUCTOR_CACHE_DIR). The switch's runs
-compile first, so that any cache the two share (Triton's kernel cache) favours the runs without it.
+replay counts each run's kernels per layer, its quantize kernels and fp8ext's kernels. Every run's compile of a shape
+starts from caches of its own (``torch._inductor.utils.fresh_cache``: an empty Inductor and Triton cache directory and
+Inductor's in-memory caches cleared), so that `compile_s` is a cold compile for each run and no run finds another's
+tuning; within one compile, the layers after the first find their GEMMs' and kernels' tunings from the first, as in
+any compile. torchao's config sets Inductor's coordinate-descent tuning for the process when it quantizes (its
+`set_inductor_config`, on by default), so every run compiles with it; the record says whether it was on.
 """
 from __future__ import annotations
 
@@ -61,6 +63,14 @@ def _steps(model, step_model, vocab: int, shapes: tuple, device="cuda") -> dict:
     ids = torch.randint(0, vocab, PREFILL, generator=torch.Generator().manual_seed(7)).to(device)
     steps["prefill_1x2048"] = lambda: (lambda: step_model(ids, use_cache=False, logits_to_keep=1).logits)
     return {name: make() for name, make in steps.items() if name in shapes}
+
+
+def _cold_caches():
+    """Empty Inductor and Triton caches for one compile (module docstring); the directory is kept, since the graphs
+    compiled in it go on loading from it."""
+    from torch._inductor import utils
+    fresh = getattr(utils, "fresh_cache", None) or utils.fresh_inductor_cache
+    return fresh(delete=False)
 
 
 def _profile(replay, layers: int) -> dict:
@@ -110,7 +120,6 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
         errors["torchao"] = ao
     else:
         models["torchao"] = ao
-    # the switch's runs first, so that any cache the two share (Triton's kernel cache) favours the runs without it
     todo = sorted((r for r in RUNS if runs is None or r[0] in runs), key=lambda r: not r[2])
     for run, variant, _ in todo:
         if variant not in models:
@@ -135,16 +144,18 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
                     graphs[run][name] = "not compiled: out of --model-budget-s"
                     continue
                 (fp8ext_compile.enable if switch else fp8ext_compile.disable)()
-                began, before = time.perf_counter(), phase_seconds()
-                got = guarded(steps[run][name])
-                torch.cuda.synchronize()
-                compile_s[run] += time.perf_counter() - began
-                phases[f"{run} {name}"] = phase_deltas(before, phase_seconds())
+                with _cold_caches():
+                    began, before = time.perf_counter(), phase_seconds()
+                    got = guarded(steps[run][name])
+                    torch.cuda.synchronize()
+                    compile_s[run] += time.perf_counter() - began
+                    phases[f"{run} {name}"] = phase_deltas(before, phase_seconds())
+                    if not quiet:
+                        print(f"model section: {run} {name}: first call {time.perf_counter() - began:.1f} s",
+                              flush=True)
+                    graphs[run][name] = got if isinstance(got, str) else guarded(
+                        lambda s=steps[run][name]: llama_models.cuda_graph(s))
                 fp8ext_compile.disable()
-                if not quiet:
-                    print(f"model section: {run} {name}: first call {time.perf_counter() - began:.1f} s", flush=True)
-                graphs[run][name] = got if isinstance(got, str) else guarded(
-                    lambda s=steps[run][name]: llama_models.cuda_graph(s))
                 if name == "decode_b1" and not isinstance(graphs[run][name], str):
                     got = guarded(lambda replay=graphs[run]["decode_b1"]: _profile(replay, layers))
                     profiles[run] = got if isinstance(got, dict) else {"error": got}
@@ -156,6 +167,7 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
     del graphs, models
     torch.cuda.empty_cache()
     return summarize_model({"config": "8b", "layers": layers, "attention": "sdpa_packed_gqa", "ms": ms,
+                            "coordinate_descent_tuning": bool(inductor_config.coordinate_descent_tuning),
                             "compile_s": compile_s, "compile_phases_s": phases, "profile_decode_b1": profiles,
                             "errors": errors})
 
