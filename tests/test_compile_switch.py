@@ -287,6 +287,23 @@ def test_fp8ext_s_candidates_are_timed_under_a_key_that_holds_fp8ext_s_own(resto
     assert choices.own_key() in choices._extern_choice().hash_key()
 
 
+def test_the_model_section_gives_torchao_s_inductor_options_to_its_runs_alone(monkeypatch):
+    """torchao's quantize_ sets Inductor options for the whole process (coordinate-descent tuning among them); the
+    compile suite takes them back so that the bf16 and fp8ext runs compile under Inductor's defaults."""
+    from fp8ext.bench import compile_models, llama_models
+
+    def quantize(model):
+        inductor_config.coordinate_descent_tuning = True  # what torchao's recommended_inductor_config_setter does
+        return "quantized"
+
+    monkeypatch.setattr(llama_models, "torchao_variant", quantize)
+    was = inductor_config.coordinate_descent_tuning
+    model, changed = compile_models._torchao_model(None, inductor_config)
+    assert model == "quantized"
+    assert inductor_config.coordinate_descent_tuning == was
+    assert changed == ({} if was else {"coordinate_descent_tuning": True})
+
+
 def test_each_model_compile_starts_from_empty_caches(tmp_path, monkeypatch):
     import os
     from fp8ext.bench import compile_models

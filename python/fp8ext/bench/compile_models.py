@@ -19,8 +19,9 @@ replay counts each run's kernels per layer, its quantize kernels and fp8ext's ke
 starts from caches of its own (``torch._inductor.utils.fresh_cache``: an empty Inductor and Triton cache directory and
 Inductor's in-memory caches cleared), so that `compile_s` is a cold compile for each run and no run finds another's
 tuning; within one compile, the layers after the first find their GEMMs' and kernels' tunings from the first, as in
-any compile. torchao's config sets Inductor's coordinate-descent tuning for the process when it quantizes (its
-`set_inductor_config`, on by default), so every run compiles with it; the record says whether it was on.
+any compile. torchao's quantize_ sets Inductor options for the process (its `set_inductor_config`, on by default:
+coordinate-descent tuning among them); the torchao runs compile under them and the others under Inductor's defaults
+(`inductor_config_torchao_runs` in the record).
 """
 from __future__ import annotations
 
@@ -63,6 +64,19 @@ def _steps(model, step_model, vocab: int, shapes: tuple, device="cuda") -> dict:
     ids = torch.randint(0, vocab, PREFILL, generator=torch.Generator().manual_seed(7)).to(device)
     steps["prefill_1x2048"] = lambda: (lambda: step_model(ids, use_cache=False, logits_to_keep=1).logits)
     return {name: make() for name, make in steps.items() if name in shapes}
+
+
+def _torchao_model(base, inductor_config) -> tuple:
+    """(torchao's PerRow model of ``base``, or why it could not be built; the Inductor settings its quantize_ made).
+    Those settings (its ``set_inductor_config``, on by default: coordinate-descent tuning and others) are process-wide;
+    they are taken back here and applied to the torchao runs' compiles alone, so that the other runs compile under
+    Inductor's defaults, as they would in a process without torchao."""
+    before = inductor_config.get_config_copy()
+    model = guarded(lambda: llama_models.torchao_variant(base))
+    after = inductor_config.get_config_copy()
+    changed = {k: v for k, v in after.items() if before.get(k) != v}
+    inductor_config.load_config({k: before[k] for k in changed})
+    return model, changed
 
 
 def _cold_caches():
@@ -114,12 +128,13 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
     models = {"bf16": base}
     models["fp8ext_fused"] = copy.deepcopy(base)
     convert(models["fp8ext_fused"], fuse_siblings=True)
-    ao = guarded(lambda: llama_models.torchao_variant(base))
-    errors = {}
-    if isinstance(ao, str):
-        errors["torchao"] = ao
-    else:
-        models["torchao"] = ao
+    errors, ao_config = {}, {}
+    if runs is None or any(r in runs for r in ("torchao", "torchao_switch")):
+        ao, ao_config = _torchao_model(base, inductor_config)
+        if isinstance(ao, str):
+            errors["torchao"] = ao
+        else:
+            models["torchao"] = ao
     todo = sorted((r for r in RUNS if runs is None or r[0] in runs), key=lambda r: not r[2])
     for run, variant, _ in todo:
         if variant not in models:
@@ -144,7 +159,7 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
                     graphs[run][name] = "not compiled: out of --model-budget-s"
                     continue
                 (fp8ext_compile.enable if switch else fp8ext_compile.disable)()
-                with _cold_caches():
+                with _cold_caches(), inductor_config.patch(ao_config if variant == "torchao" else {}):
                     began, before = time.perf_counter(), phase_seconds()
                     got = guarded(steps[run][name])
                     torch.cuda.synchronize()
@@ -167,7 +182,7 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
     del graphs, models
     torch.cuda.empty_cache()
     return summarize_model({"config": "8b", "layers": layers, "attention": "sdpa_packed_gqa", "ms": ms,
-                            "coordinate_descent_tuning": bool(inductor_config.coordinate_descent_tuning),
+                            "inductor_config_torchao_runs": ao_config,
                             "compile_s": compile_s, "compile_phases_s": phases, "profile_decode_b1": profiles,
                             "errors": errors})
 
