@@ -406,3 +406,27 @@ def test_gpu_fused_siblings_in_a_cuda_graph():
             graph.replay()
             torch.cuda.synchronize()
             assert torch.equal(out, fused(x))
+
+
+def test_the_forward_reads_swapped_and_parametrized_parameters():
+    # forward reads its parameters from the module's dict (nn.Module.__getattr__ is a third of its host time);
+    # torch.func.functional_call's swapped tensors and a parametrization must still be what it computes with.
+    from torch.nn.utils import parametrize
+    torch.manual_seed(3)
+    layer = Float8Linear.from_linear(linear(64, 32))
+    other = Float8Linear.from_linear(linear(64, 32))
+    x = torch.randn(4, 64, dtype=torch.bfloat16)
+    swapped = {name: getattr(other, name) for name in ("weight", "weight_scale", "bias")}
+    assert torch.equal(torch.func.functional_call(layer, swapped, (x,)), other(x))
+    assert not torch.equal(layer(x), other(x))
+
+    class Doubled(nn.Module):
+        def forward(self, s):
+            return s * 2
+
+    parametrize.register_parametrization(layer, "weight_scale", Doubled())
+    parametrize.register_parametrization(layer, "bias", Doubled())
+    assert "weight_scale" not in layer._parameters and "bias" not in layer._parameters
+    plain = Float8Linear(64, 32)
+    plain.load_state_dict({"weight": layer.weight, "weight_scale": layer.weight_scale, "bias": layer.bias})
+    assert torch.equal(layer(x), plain(x))
