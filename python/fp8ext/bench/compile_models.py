@@ -82,9 +82,8 @@ def _torchao_model(base, inductor_config) -> tuple:
 def _cold_caches():
     """Empty Inductor and Triton caches for one compile (module docstring); the directory is kept, since the graphs
     compiled in it go on loading from it."""
-    from torch._inductor import utils
-    fresh = getattr(utils, "fresh_cache", None) or utils.fresh_inductor_cache
-    return fresh(delete=False)
+    from torch._inductor.utils import fresh_cache  # torch 2.11, fp8ext's floor, has it (and no older name)
+    return fresh_cache(delete=False)
 
 
 def _profile(replay, layers: int) -> dict:
@@ -129,7 +128,7 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
     models["fp8ext_fused"] = copy.deepcopy(base)
     convert(models["fp8ext_fused"], fuse_siblings=True)
     errors, ao_config = {}, {}
-    if runs is None or any(r in runs for r in ("torchao", "torchao_switch")):
+    if any(variant == "torchao" for run, variant, _ in RUNS if runs is None or run in runs):
         ao, ao_config = _torchao_model(base, inductor_config)
         if isinstance(ao, str):
             errors["torchao"] = ao
