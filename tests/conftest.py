@@ -46,3 +46,9 @@ def _seed(request):
     # Fresh per session, distinct per test, reproducible from the printed session seed.
     torch.manual_seed(SEED ^ zlib.crc32(request.node.nodeid.encode()))
     yield
+
+
+def pytest_terminal_summary(terminalreporter):
+    # The README's command runs pytest with -q, which hides the header: the seed is repeated here so that a failing
+    # run, in CI too, can be replayed.
+    terminalreporter.write_line(f"fp8ext test seed: {SEED} (FP8EXT_TEST_SEED={SEED} replays this run's inputs)")

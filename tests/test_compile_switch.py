@@ -242,6 +242,18 @@ class NormThenLinear(torch.nn.Module):
         return self.proj(self.norm(x))
 
 
+def mismatch(module, x, out, want, switch):
+    """What a failed bit-for-bit comparison of a compiled NormThenLinear needs to be traced: the first differing
+    element, and whether the compiled norm alone already differs from the eager norm (Inductor's reduction, not
+    fp8ext's quantize)."""
+    where = tuple((out != want).nonzero()[0].tolist())
+    with inductor_config.patch(emulate_precision_casts=True):
+        norm_differs = not torch.equal(torch.compile(module.norm)(x), module.norm(x))
+    return (f"switch={switch}: {int((out != want).sum())} of {out.numel()} differ, first at {where}: compiled "
+            f"{out[where].item()!r}, eager {want[where].item()!r}; the compiled norm alone differs: {norm_differs}; "
+            f"x={x.tolist()}")
+
+
 def test_the_switch_takes_the_quantize_out_of_the_linear_op_and_into_inductor_s_kernels(restore_inductor):
     import re
     from torch._inductor.utils import run_and_get_code
@@ -258,7 +270,8 @@ def test_the_switch_takes_the_quantize_out_of_the_linear_op_and_into_inductor_s_
             text = "\n".join(code)
             calls[switch] = {op: len(re.findall(rf"= torch\.ops\.fp8ext\.{op}\.default\(", text))
                              for op in ("linear", "quantize_rowwise", "scaled_mm")}
-            assert torch.equal(out, module(x))
+            want = module(x)
+            assert torch.equal(out, want), mismatch(module, x, out, want, switch)
     assert calls[False] == {"linear": 1, "quantize_rowwise": 0, "scaled_mm": 0}
     assert calls[True] == {"linear": 0, "quantize_rowwise": 0, "scaled_mm": 1}
 
