@@ -128,13 +128,14 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
     models["fp8ext_fused"] = copy.deepcopy(base)
     convert(models["fp8ext_fused"], fuse_siblings=True)
     errors, ao_config = {}, {}
-    if any(variant == "torchao" for run, variant, _ in RUNS if runs is None or run in runs):
+    # in RUNS' order: every compile starts from caches of its own, so none finds another's tunings
+    todo = [r for r in RUNS if runs is None or r[0] in runs]
+    if any(variant == "torchao" for _, variant, _ in todo):
         ao, ao_config = _torchao_model(base, inductor_config)
         if isinstance(ao, str):
             errors["torchao"] = ao
         else:
             models["torchao"] = ao
-    todo = sorted((r for r in RUNS if runs is None or r[0] in runs), key=lambda r: not r[2])
     for run, variant, _ in todo:
         if variant not in models:
             errors[run] = errors.get(variant, "not built")
