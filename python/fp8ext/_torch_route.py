@@ -1,0 +1,103 @@
+"""The eager shortcut to torch's row-wise path.
+
+Where fp8ext's dispatch predicts torch._scaled_mm faster for a row-wise call (the backstop, docs/dispatch.md), the
+C++ op makes that call through the dispatcher: the arguments cross from Python into the op, are checked, routed,
+and cross out again into torch's op. That costs the host more than torch's whole call in front of cuBLASLt
+(`bench/results/h200-2026-12-05-host-9086e3b.json`: 1.5-1.7x torch's host time per call). So `fp8ext.scaled_mm`
+makes such calls from Python itself, with the same arguments the C++ backstop would pass, once it knows the route:
+
+- which calls: exactly those the C++ op would hand to torch unchanged: `a` and `b` float8_e4m3fn, `a` row-major
+  `[M, K]` with stride `(K, 1)`, `b` column-major `[K, N]` with stride `(1, K)`, both 16-byte aligned; float32
+  row-wise scales `(M, 1)` or `(M,)` and `(1, N)` or `(N,)`, contiguous and 16-byte aligned; no bias; bfloat16
+  output; M >= 2 (one scale for one row is tensor-wise); K and N multiples of 16; plain tensors or parameters on
+  one CUDA device of compute capability 9.0; none requiring grad while grad mode is on. Anything else goes to the op as before, and
+  so do its errors.
+- the route: per (M, N, K, accumulation, device), the C++ dispatch's own answer (`_selected_kernel`), asked once,
+  outside and inside CUDA-graph capture; a shape whose answer differs between the two is not shortcut, so no call
+  has to ask whether it is being captured.
+- what the dispatch reads can change: a forced kernel, the autotuner, the backends, a planted test fault. The
+  public functions that change them (`force_kernel`, `autotune`, `set_backends`, `fp8ext.testing.plant_fault`)
+  empty the table, and while a kernel is forced, the autotuner is on or a fault is planted the shortcut is off.
+
+Traced calls (torch.compile, torch.export) never take it: they record fp8ext's op.
+"""
+from __future__ import annotations
+
+import threading
+
+import torch
+
+_E4M3, _BF16, _F32 = torch.float8_e4m3fn, torch.bfloat16, torch.float32
+_PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))  # subclasses (fake, DTensor, ...) go to the op
+_MAX_DIM = 2**31 - 1
+_TORCH = "torch._scaled_mm"
+
+_routes: dict = {}  # (M, N, K, use_fast_accum, device index) -> whether torch takes the call
+_holds = {"forced": 0, "autotune": 0, "fault": 0}  # why the shortcut is off; all zero: on
+_lock = threading.Lock()
+
+
+def hold(reason: str, on: bool) -> None:
+    """The shortcut off (on=True) or back on (False) for one reason; the table is emptied either way."""
+    with _lock:
+        _holds[reason] = max(0, _holds[reason] + (1 if on else -1)) if reason == "forced" else int(on)
+        _routes.clear()
+
+
+def forget() -> None:
+    """Empty the table: what the dispatch reads has changed (the backends)."""
+    with _lock:
+        _routes.clear()
+
+
+def _ask(M: int, N: int, K: int, use_fast_accum: bool, device: int) -> bool:
+    with torch.cuda.device(device):
+        if torch.cuda.get_device_capability() != (9, 0):
+            return False  # elsewhere the op runs the reference path, and warns
+        return all(torch.ops.fp8ext._selected_kernel(M, N, K, _BF16, use_fast_accum, _E4M3, capturing, True) == _TORCH
+                   for capturing in (False, True))
+
+
+def scale_views(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, out_dtype,
+                use_fast_accum: bool):
+    """The (M, 1) and (1, N) scales for torch._scaled_mm when the call is the backstop's, else None."""
+    if (_holds["forced"] or _holds["autotune"] or _holds["fault"] or type(a) not in _PLAIN or type(b) not in _PLAIN
+            or type(scale_a) not in _PLAIN or type(scale_b) not in _PLAIN):
+        return None
+    if (a.dtype is not _E4M3 or b.dtype is not _E4M3 or scale_a.dtype is not _F32 or scale_b.dtype is not _F32
+            or (out_dtype is not None and out_dtype is not _BF16) or a.dim() != 2 or b.dim() != 2):
+        return None
+    M, K = a.shape
+    N = b.shape[1]
+    if (b.shape[0] != K or M < 2 or K == 0 or K % 16 or N % 16 or N == 0 or M > _MAX_DIM or N > _MAX_DIM
+            or K > _MAX_DIM or a.stride() != (K, 1) or b.stride() != (1, K)):
+        return None
+    device = a.get_device()
+    if device < 0 or b.get_device() != device or scale_a.get_device() != device or scale_b.get_device() != device:
+        return None
+    if scale_a.dim() == 2:
+        if scale_a.shape != (M, 1) or scale_a.stride(0) != 1:
+            return None
+    elif scale_a.dim() != 1 or scale_a.shape[0] != M or scale_a.stride(0) != 1:
+        return None
+    if scale_b.dim() == 2:
+        if scale_b.shape != (1, N) or scale_b.stride(1) != 1:
+            return None
+    elif scale_b.dim() != 1 or scale_b.shape[0] != N or scale_b.stride(0) != 1:
+        return None
+    if (a.data_ptr() | b.data_ptr() | scale_a.data_ptr() | scale_b.data_ptr()) % 16:
+        return None
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or scale_a.requires_grad
+                                    or scale_b.requires_grad):
+        return None  # the op refuses it, with its message
+    key = (M, N, K, use_fast_accum, device)
+    route = _routes.get(key)
+    if route is None:
+        route = _ask(M, N, K, use_fast_accum, device)
+        with _lock:
+            if not any(_holds.values()):
+                _routes[key] = route
+    if not route:
+        return None
+    return (scale_a if scale_a.dim() == 2 else scale_a.view(M, 1),
+            scale_b if scale_b.dim() == 2 else scale_b.view(1, N))
