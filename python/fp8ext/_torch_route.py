@@ -10,11 +10,11 @@ makes such calls from Python itself, with the same arguments the C++ backstop wo
   `[M, K]` with stride `(K, 1)`, `b` column-major `[K, N]` with stride `(1, K)`, both 16-byte aligned; float32
   row-wise scales `(M, 1)` or `(M,)` and `(1, N)` or `(N,)`, contiguous and 16-byte aligned; no bias; bfloat16
   output; M >= 2 (one scale for one row is tensor-wise); K and N multiples of 16; plain tensors or parameters on
-  one CUDA device of compute capability 9.0; none requiring grad while grad mode is on. Anything else goes to the op as before, and
-  so do its errors.
+  one CUDA device of compute capability 9.0; none requiring grad while grad mode is on. Anything else goes to the
+  op as before, and so do its errors.
 - the route: per (M, N, K, accumulation, device), the C++ dispatch's own answer (`_selected_kernel`), asked once,
   outside and inside CUDA-graph capture; a shape whose answer differs between the two is not shortcut, so no call
-  has to ask whether it is being captured.
+  has to ask whether it is being captured. A shape the dispatch keeps costs its calls a table lookup.
 - what the dispatch reads can change: a forced kernel, the autotuner, the backends, a planted test fault. The
   public functions that change them (`force_kernel`, `autotune`, `set_backends`, `fp8ext.testing.plant_fault`)
   empty the table, and while a kernel is forced, the autotuner is on or a fault is planted the shortcut is off.
@@ -32,8 +32,9 @@ _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))  # subclasses (fake, DTen
 _MAX_DIM = 2**31 - 1
 _TORCH = "torch._scaled_mm"
 
-_routes: dict = {}  # (M, N, K, use_fast_accum, device index) -> whether torch takes the call
-_holds = {"forced": 0, "autotune": 0, "fault": 0}  # why the shortcut is off; all zero: on
+_routes: dict = {}  # (a.shape, b.shape, use_fast_accum, device index) -> whether torch takes the call
+_holds = {"forced": 0, "autotune": 0, "fault": 0}  # why the shortcut is off
+_held = [0]  # the sum of _holds, read on every call
 _lock = threading.Lock()
 
 
@@ -41,6 +42,7 @@ def hold(reason: str, on: bool) -> None:
     """The shortcut off (on=True) or back on (False) for one reason; the table is emptied either way."""
     with _lock:
         _holds[reason] = max(0, _holds[reason] + (1 if on else -1)) if reason == "forced" else int(on)
+        _held[0] = sum(_holds.values())
         _routes.clear()
 
 
@@ -58,46 +60,59 @@ def _ask(M: int, N: int, K: int, use_fast_accum: bool, device: int) -> bool:
                    for capturing in (False, True))
 
 
-def scale_views(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, out_dtype,
-                use_fast_accum: bool):
-    """The (M, 1) and (1, N) scales for torch._scaled_mm when the call is the backstop's, else None."""
-    if (_holds["forced"] or _holds["autotune"] or _holds["fault"] or type(a) not in _PLAIN or type(b) not in _PLAIN
-            or type(scale_a) not in _PLAIN or type(scale_b) not in _PLAIN):
-        return None
-    if (a.dtype is not _E4M3 or b.dtype is not _E4M3 or scale_a.dtype is not _F32 or scale_b.dtype is not _F32
+def _backstop_call(a, b, scale_a, scale_b, out_dtype) -> bool:
+    """Whether the C++ backstop would pass these arguments to torch._scaled_mm unchanged (the list above)."""
+    if (type(a) not in _PLAIN or type(b) not in _PLAIN or type(scale_a) not in _PLAIN or type(scale_b) not in _PLAIN
+            or a.dtype is not _E4M3 or b.dtype is not _E4M3 or scale_a.dtype is not _F32 or scale_b.dtype is not _F32
             or (out_dtype is not None and out_dtype is not _BF16) or a.dim() != 2 or b.dim() != 2):
-        return None
+        return False
     M, K = a.shape
     N = b.shape[1]
     if (b.shape[0] != K or M < 2 or K == 0 or K % 16 or N % 16 or N == 0 or M > _MAX_DIM or N > _MAX_DIM
             or K > _MAX_DIM or a.stride() != (K, 1) or b.stride() != (1, K)):
-        return None
+        return False
     device = a.get_device()
     if device < 0 or b.get_device() != device or scale_a.get_device() != device or scale_b.get_device() != device:
-        return None
+        return False
     if scale_a.dim() == 2:
         if scale_a.shape != (M, 1) or scale_a.stride(0) != 1:
-            return None
+            return False
     elif scale_a.dim() != 1 or scale_a.shape[0] != M or scale_a.stride(0) != 1:
-        return None
+        return False
     if scale_b.dim() == 2:
         if scale_b.shape != (1, N) or scale_b.stride(1) != 1:
-            return None
+            return False
     elif scale_b.dim() != 1 or scale_b.shape[0] != N or scale_b.stride(0) != 1:
-        return None
+        return False
     if (a.data_ptr() | b.data_ptr() | scale_a.data_ptr() | scale_b.data_ptr()) % 16:
+        return False
+    # An input that requires grad while grad mode is on meets the op's refusal, with its message.
+    return not (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or scale_a.requires_grad
+                                             or scale_b.requires_grad))
+
+
+def scale_views(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, out_dtype,
+                use_fast_accum: bool):
+    """The (M, 1) and (1, N) scales for torch._scaled_mm when the call is the backstop's, else None.
+
+    A shape the dispatch keeps costs its call one table lookup; the full check of the arguments is made only for a
+    shape it hands to torch, or one not asked yet."""
+    if _held[0]:
         return None
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or scale_a.requires_grad
-                                    or scale_b.requires_grad):
-        return None  # the op refuses it, with its message
-    key = (M, N, K, use_fast_accum, device)
+    try:
+        key = (a.shape, b.shape, use_fast_accum, a.get_device())
+    except (AttributeError, TypeError):  # not tensors: the op's checks say what is wrong
+        return None
     route = _routes.get(key)
-    if route is None:
-        route = _ask(M, N, K, use_fast_accum, device)
-        with _lock:
-            if not any(_holds.values()):
-                _routes[key] = route
-    if not route:
+    if route is False or not _backstop_call(a, b, scale_a, scale_b, out_dtype):
         return None
-    return (scale_a if scale_a.dim() == 2 else scale_a.view(M, 1),
-            scale_b if scale_b.dim() == 2 else scale_b.view(1, N))
+    if route is None:
+        M, K = a.shape
+        route = _ask(M, b.shape[1], K, use_fast_accum, key[3])
+        with _lock:
+            if not _held[0]:
+                _routes[key] = route
+        if not route:
+            return None
+    return (scale_a if scale_a.dim() == 2 else scale_a.view(a.shape[0], 1),
+            scale_b if scale_b.dim() == 2 else scale_b.view(1, b.shape[1]))
