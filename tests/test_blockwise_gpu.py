@@ -242,8 +242,8 @@ def test_backstop_in_cuda_graph():
 
 @pytest.fixture
 def plant():
-    yield torch.ops.fp8ext._testing_fault
-    torch.ops.fp8ext._testing_fault("")  # also turns the backstop back on after a refusal
+    yield fp8ext.testing.plant_fault
+    fp8ext.testing.plant_fault("")  # also turns the backstop back on after a refusal
 
 
 @pytest.mark.gpu

@@ -256,8 +256,8 @@ def test_one_kernel_is_batch_invariant(name):
 
 @pytest.fixture
 def plant():
-    yield torch.ops.fp8ext._testing_fault
-    torch.ops.fp8ext._testing_fault("")
+    yield fp8ext.testing.plant_fault
+    fp8ext.testing.plant_fault("")
 
 
 def tensorwise_operands(M=64, N=256, K=256):
@@ -306,7 +306,7 @@ def test_a_gpu_other_than_sm90_warns_once_and_runs_the_reference_path():
     code = """
 import warnings, torch, fp8ext
 from fp8ext.testing import random_operands, check_against_reference
-torch.ops.fp8ext._testing_fault("cc=86")
+fp8ext.testing.plant_fault("cc=86")
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     for M in (64, 300):

@@ -195,3 +195,12 @@ def assert_opcheck(op, args, kwargs: Optional[dict] = None, test_utils: tuple = 
     """torch.library.opcheck of ``op`` on these arguments, every test in ``test_utils`` passing."""
     result = torch.library.opcheck(op, tuple(args), kwargs or {}, test_utils=test_utils)
     assert all(v == "SUCCESS" for v in result.values()), result
+
+
+def plant_fault(fault: str) -> None:
+    """Plant a fault for the robustness tests (the internal op ``_testing_fault``: ``"tensorwise=..."``,
+    ``"blockwise=..."``, ``"cc=<major><minor>"``, or ``""`` to remove it). The eager shortcut to torch's row-wise
+    path cannot see a planted fault, so it is off while one is planted."""
+    from . import _torch_route
+    torch.ops.fp8ext._testing_fault(fault)
+    _torch_route.hold("fault", bool(fault))
