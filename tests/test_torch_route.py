@@ -91,6 +91,14 @@ def test_one_row_is_left_to_the_op(pretend_cuda, monkeypatch):
     assert fp8ext.scaled_mm(*operands(M=1)) == "the op's result" and asked == made == []
 
 
+def test_a_call_under_a_dispatch_mode_is_the_op_s(pretend_cuda, monkeypatch):
+    from torch.utils.flop_counter import FlopCounterMode
+    _, made = pretend_cuda
+    monkeypatch.setattr(fp8ext.ops, "_SCALED_MM", lambda *args: "the op's result")
+    with FlopCounterMode(display=False):
+        assert fp8ext.scaled_mm(*operands()) == "the op's result" and made == []
+
+
 def test_an_input_that_requires_grad_meets_the_op_s_refusal(pretend_cuda, monkeypatch):
     _, made = pretend_cuda
     a, b, sa, sb = operands()

@@ -19,7 +19,8 @@ makes such calls from Python itself, with the same arguments the C++ backstop wo
   public functions that change them (`force_kernel`, `autotune`, `set_backends`, `fp8ext.testing.plant_fault`)
   empty the table, and while a kernel is forced, the autotuner is on or a fault is planted the shortcut is off.
 
-Traced calls (torch.compile, torch.export) never take it: they record fp8ext's op.
+Traced calls (torch.compile, torch.export, make_fx) never take it, nor calls under a dispatch mode (a FLOP
+counter, FakeTensorMode): they see fp8ext's op.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import torch
 _E4M3, _BF16, _F32 = torch.float8_e4m3fn, torch.bfloat16, torch.float32
 _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))  # subclasses (fake, DTensor, ...) go to the op
 _MAX_DIM = 2**31 - 1
+_dispatch_modes = torch._C._len_torch_dispatch_stack
 _TORCH = "torch._scaled_mm"
 
 _routes: dict = {}  # (a.shape, b.shape, use_fast_accum, device index) -> whether torch takes the call
@@ -91,7 +93,7 @@ def scale_views(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b
 
     A shape the dispatch keeps costs its call one table lookup; the full check of the arguments is made only for a
     shape it hands to torch, or one not asked yet."""
-    if _held[0]:
+    if _held[0] or _dispatch_modes():  # under a mode (make_fx, FakeTensorMode, a FLOP counter) the op is what it sees
         return None
     try:
         a_shape, b_shape = a.shape, b.shape
