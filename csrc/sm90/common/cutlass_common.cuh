@@ -3,6 +3,7 @@
 // include it; nothing here includes libtorch.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 
 #include <cuda_runtime_api.h>
@@ -74,24 +75,52 @@ void set_launch_arguments(Arguments& args, int device_id, int sm_count) {
   }
 }
 
-// can_implement, the workspace's size, initialize, run, and the launch's own error: the first step that fails is
-// reported (gemm_params.h, LaunchResult).
+// A kernel's dynamic shared memory limit, raised once per device. CUTLASS's Gemm::initialize sets it on every call
+// (a cudaFuncSetAttribute, about 3 us of host time, an eighth of an eager call); the attribute belongs to the
+// device's context and lasts for the process, so it is set on a kernel's first launch on each device.
+// Racing first launches each set it, which is harmless.
+inline constexpr int kMaxDevices = 64;
+
+template <class GemmKernel>
+cudaError_t raise_smem_limit_once(int device_id) {
+  static std::atomic<bool> done[kMaxDevices] = {};
+  constexpr int smem_bytes = GemmKernel::SharedStorageSize;
+  if constexpr (smem_bytes < (48 << 10)) {
+    return cudaSuccess;  // within the default limit
+  } else {
+    const bool cached = device_id >= 0 && device_id < kMaxDevices;
+    if (cached && done[device_id].load(std::memory_order_acquire)) return cudaSuccess;
+    const cudaError_t err = cudaFuncSetAttribute(cutlass::device_kernel<GemmKernel>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+    if (err == cudaSuccess && cached) done[device_id].store(true, std::memory_order_release);
+    return err;
+  }
+}
+
+// can_implement, the workspace's size, the workspace's initialisation, the shared memory limit, the launch, and the
+// launch's own error: the first step that fails is reported (gemm_params.h, LaunchResult). These are the steps of
+// CUTLASS's Gemm::run(args, workspace, stream), with the shared memory limit set once (raise_smem_limit_once).
 template <class Gemm>
 LaunchResult run_gemm(const typename Gemm::Arguments& args, void* workspace, size_t workspace_bytes,
                       cudaStream_t stream) {
-  Gemm gemm;
-  cutlass::Status status = gemm.can_implement(args);
+  using GemmKernel = typename Gemm::GemmKernel;
+  cutlass::Status status = Gemm::can_implement(args);
   if (status != cutlass::Status::kSuccess) {
     return {false, "can_implement", cutlass::cutlassGetStatusString(status)};
   }
   if (Gemm::get_workspace_size(args) > workspace_bytes) {
     return {false, "workspace", "the workspace passed in is smaller than workspace_size()"};
   }
-  status = gemm.initialize(args, workspace, stream);
+  status = GemmKernel::initialize_workspace(args, workspace, stream, nullptr);
   if (status != cutlass::Status::kSuccess) {
     return {false, "initialize", cutlass::cutlassGetStatusString(status)};
   }
-  status = gemm.run(stream);
+  typename GemmKernel::Params params = GemmKernel::to_underlying_arguments(args, workspace);
+  if (const cudaError_t err = raise_smem_limit_once<GemmKernel>(args.hw_info.device_id); err != cudaSuccess) {
+    cudaGetLastError();  // clear it, as CUTLASS does
+    return {false, "initialize", cudaGetErrorString(err)};
+  }
+  status = Gemm::run(params, stream);
   if (status != cutlass::Status::kSuccess) {
     return {false, "run", cutlass::cutlassGetStatusString(status)};
   }
