@@ -1,11 +1,12 @@
-"""The eager shortcut to torch's row-wise path (python/fp8ext/_torch_route.py): which calls take it, that the route
-is the dispatch's own answer asked once per shape, that whatever changes the dispatch turns it off, and on the GPU
-that its results are the op's, bit for bit, in eager code and in a CUDA graph."""
+"""The eager shortcuts of fp8ext.scaled_mm (python/fp8ext/_eager_route.py), to torch's row-wise path and to fp8ext's
+kernel: which calls take them, that the route is the dispatch's own answer asked once per shape, that whatever
+changes the dispatch turns them off, and on the GPU that their results are the op's, bit for bit, in eager code and
+in a CUDA graph."""
 import pytest
 import torch
 
 import fp8ext
-from fp8ext import _torch_route
+from fp8ext import _eager_route
 from fp8ext.testing import random_operands
 
 E4M3, E5M2, BF16 = torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16
@@ -18,11 +19,11 @@ def pretend_cuda(monkeypatch):
     torch._scaled_mm replaced by a recorder: what the shortcut would do, without a GPU."""
     asked, made = [], []
     monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 0)
-    monkeypatch.setattr(_torch_route, "_ask", lambda *key: asked.append(key) or True)
+    monkeypatch.setattr(_eager_route, "_ask", lambda *key: asked.append(key) or True)
     monkeypatch.setattr(torch, "_scaled_mm", lambda *args: made.append(args) or "torch's result")
-    _torch_route.forget()
+    _eager_route.forget()
     yield asked, made
-    _torch_route.forget()
+    _eager_route.forget()
 
 
 def operands(M=64, N=256, K=128):
@@ -84,11 +85,60 @@ def test_calls_the_backstop_would_not_pass_to_torch_unchanged_go_to_the_op(prete
     assert (asked, made, len(op_calls)) == ([], [], 1)
 
 
-def test_one_row_is_left_to_the_op(pretend_cuda, monkeypatch):
-    # One row has one scale: the op reads it as tensor-wise, which is not the row-wise route.
+def test_a_kernel_s_call_is_launched_on_the_call_s_pointers_into_a_new_output(pretend_cuda, monkeypatch):
     asked, made = pretend_cuda
-    monkeypatch.setattr(fp8ext.ops, "_SCALED_MM", lambda *args: "the op's result")
-    assert fp8ext.scaled_mm(*operands(M=1)) == "the op's result" and asked == made == []
+    launched = []
+    monkeypatch.setattr(_eager_route, "_ask", lambda *key: asked.append(key) or 3)  # the plan of some kernel
+    monkeypatch.setattr(_eager_route, "_launch", lambda *args: launched.append(args))
+    for M in (64, 1):  # one row: its one scale is read as one value, as the op reads it
+        a, b, sa, sb = operands(M=M)
+        out = fp8ext.scaled_mm(a, b, sa.view(-1), sb, use_fast_accum=True)
+        assert out.shape == (M, 256) and out.dtype == BF16 and out.is_contiguous()
+        assert launched[-1] == (3, a.data_ptr(), b.data_ptr(), sa.data_ptr(), sb.data_ptr(), out.data_ptr(), M, 256,
+                                128, 0, M > 1)
+    assert made == [] and len(asked) == 2
+
+
+class _Dispatch:
+    """What _ask reads of the C++ side, on the CPU: the dispatch's answers per capturing state, and the plans."""
+
+    def __init__(self, monkeypatch, answers, plans):
+        self.calls = []
+        monkeypatch.setattr(torch.ops.fp8ext, "_selected_kernel", self.selected, raising=False)
+        monkeypatch.setattr(_eager_route, "_plan", self.plan)
+        monkeypatch.setattr(torch.cuda, "device", lambda device: __import__("contextlib").nullcontext())
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))
+        self.answers, self.plans = answers, plans
+
+    def selected(self, M, N, K, out_dtype, use_fast_accum, a_dtype, capturing, torch_ok):
+        self.calls.append((capturing, torch_ok))
+        return self.answers[capturing]
+
+    def plan(self, name):
+        if name not in self.plans:
+            raise ValueError(f"no kernel named '{name}' in this build")
+        return self.plans[name]
+
+
+@pytest.mark.parametrize("answers, route", [
+    (("torch._scaled_mm", "torch._scaled_mm"), True),
+    (("k1", "k1"), 0),
+    (("k1", "k2"), False),  # the answer changes under capture: the op decides each call
+    (("streamk", "streamk"), False),  # a kernel with a workspace: the op allocates it
+    (("reference", "reference"), False),  # no kernel of the build: the op's reference path
+])
+def test_the_route_is_the_dispatch_s_answer_outside_and_inside_capture(monkeypatch, answers, route):
+    dispatch = _Dispatch(monkeypatch, dict(enumerate(answers)), {"k1": 0, "k2": 1, "streamk": -1})
+    got = _eager_route._ask(64, 256, 128, True, 0)
+    assert got is route if isinstance(route, bool) else (got == route and not isinstance(got, bool))
+    assert sorted(dispatch.calls) == [(False, True), (True, True)]
+
+
+def test_one_row_is_never_offered_to_torch(monkeypatch):
+    # torch's row-wise path reads one row's one scale as tensor-wise: the op's dispatch is asked without torch.
+    dispatch = _Dispatch(monkeypatch, {False: "k1", True: "k1"}, {"k1": 0})
+    assert _eager_route._ask(1, 256, 128, True, 0) == 0
+    assert sorted(dispatch.calls) == [(False, False), (True, False)]
 
 
 def test_a_call_under_a_dispatch_mode_is_the_op_s(pretend_cuda, monkeypatch):
@@ -111,11 +161,11 @@ def test_an_input_that_requires_grad_meets_the_op_s_refusal(pretend_cuda, monkey
 
 def test_a_shape_the_dispatch_keeps_is_remembered_and_its_calls_are_not_checked_again(pretend_cuda, monkeypatch):
     asked, made = pretend_cuda
-    monkeypatch.setattr(_torch_route, "_ask", lambda *key: asked.append(key) or False)
+    monkeypatch.setattr(_eager_route, "_ask", lambda *key: asked.append(key) or False)
     monkeypatch.setattr(fp8ext.ops, "_SCALED_MM", lambda *args: "the op's result")
     checked = []
-    full_check = _torch_route._backstop_call
-    monkeypatch.setattr(_torch_route, "_backstop_call", lambda *args: checked.append(1) or full_check(*args))
+    full_check = _eager_route._plain_call
+    monkeypatch.setattr(_eager_route, "_plain_call", lambda *args: checked.append(1) or full_check(*args))
     for _ in range(3):
         assert fp8ext.scaled_mm(*operands()) == "the op's result"
     assert len(asked) == 1 and made == [] and len(checked) == 1
@@ -167,26 +217,78 @@ def backstop_shape(use_fast_accum):
 def test_the_shortcut_s_results_are_the_op_s_bit_for_bit(use_fast_accum):
     M, N, K = backstop_shape(use_fast_accum)
     a, b, sa, sb = random_operands(M, N, K, device="cuda")
-    _torch_route.forget()
+    _eager_route.forget()
     out = fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=use_fast_accum)
-    assert _torch_route._routes[(a.shape, b.shape, use_fast_accum, a.get_device())] is True
+    assert _eager_route._routes[(a.shape, b.shape, use_fast_accum, a.get_device())] is True
     with torch.no_grad():
         via_op = torch.ops.fp8ext.scaled_mm(a, b, sa, sb, None, BF16, use_fast_accum)
     assert torch.equal(out, via_op)
     assert torch.equal(out, torch._scaled_mm(a, b, sa, sb, out_dtype=BF16, use_fast_accum=use_fast_accum))
 
 
-@pytest.mark.gpu
-def test_the_shortcut_in_a_cuda_graph_replays_the_eager_result():
-    M, N, K = backstop_shape(True)
-    a, b, sa, sb = random_operands(M, N, K, device="cuda")
-    _torch_route.forget()  # the route is asked inside the capture
+def captured(fn):
+    """fn's call captured into a CUDA graph on a side stream: (the graph, the stream, its output)."""
     graph = torch.cuda.CUDAGraph()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-        out = fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=True)
+        out = fn()
     torch.cuda.current_stream().wait_stream(stream)
+    return graph, stream, out
+
+
+@pytest.mark.gpu
+def test_the_shortcut_in_a_cuda_graph_replays_the_eager_result():
+    M, N, K = backstop_shape(True)
+    a, b, sa, sb = random_operands(M, N, K, device="cuda")
+    _eager_route.forget()  # the route is asked inside the capture
+    graph, stream, out = captured(lambda: fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=True))
     a.copy_(random_operands(M, N, K, device="cuda")[0])
     graph.replay()
     assert torch.equal(out, torch._scaled_mm(a, b, sa, sb, out_dtype=BF16, use_fast_accum=True))
+
+
+def kernel_shapes(use_fast_accum):
+    """Shapes whose route is a direct launch of one of fp8ext's kernels (decode, small and mid M)."""
+    shapes = [(m, n, k) for m in (1, 5, 16, 64, 128, 300) for n, k in ((4096, 4096), (512, 512), (6144, 1024))]
+    picked = []
+    for M, N, K in shapes:
+        route = _eager_route._ask(M, N, K, use_fast_accum, torch.cuda.current_device())
+        if not isinstance(route, bool) and len(picked) < 6:
+            picked.append((M, N, K))
+    if not picked:
+        pytest.skip("no shape here that the dispatch gives a kernel without a workspace")
+    return picked
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("use_fast_accum", [True, False])
+def test_the_direct_launch_s_results_are_the_op_s_bit_for_bit(use_fast_accum):
+    for M, N, K in kernel_shapes(use_fast_accum):
+        a, b, sa, sb = random_operands(M, N, K, device="cuda")
+        _eager_route.forget()
+        outs = [fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=use_fast_accum),
+                fp8ext.scaled_mm(a, b, sa.view(-1), sb.view(-1), use_fast_accum=use_fast_accum)]
+        route = _eager_route._routes[(a.shape, b.shape, use_fast_accum, a.get_device())]
+        assert not isinstance(route, bool), (M, N, K, route)
+        with torch.no_grad():
+            via_op = torch.ops.fp8ext.scaled_mm(a, b, sa, sb, None, BF16, use_fast_accum)
+        assert all(torch.equal(out, via_op) for out in outs), (M, N, K)
+
+
+@pytest.mark.gpu
+def test_the_direct_launch_runs_on_the_current_stream_and_replays_in_a_cuda_graph():
+    M, N, K = kernel_shapes(True)[0]
+    a, b, sa, sb = random_operands(M, N, K, device="cuda")
+    _eager_route.forget()  # the route is asked inside the capture
+    graph, stream, out = captured(lambda: fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=True))
+    assert not isinstance(_eager_route._routes[(a.shape, b.shape, True, a.get_device())], bool)
+    a.copy_(random_operands(M, N, K, device="cuda")[0])
+    graph.replay()
+    with torch.no_grad():
+        assert torch.equal(out, torch.ops.fp8ext.scaled_mm(a, b, sa, sb, None, BF16, True))
+    with torch.cuda.stream(stream):  # eager, on a side stream: ordered after the copy, read after a join
+        stream.wait_stream(torch.cuda.current_stream())
+        side = fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=True)
+    torch.cuda.current_stream().wait_stream(stream)
+    assert torch.equal(side, out)

@@ -17,6 +17,10 @@
 
 #include <torch/csrc/stable/library.h>
 
+#ifdef FP8EXT_WITH_CUDA
+#include "ops/direct_launch.h"
+#endif
+
 STABLE_TORCH_LIBRARY(fp8ext, m) {
   m.def(
       "scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
@@ -87,10 +91,16 @@ STABLE_TORCH_LIBRARY(fp8ext, m) {
 #endif
 }
 
-// `import fp8ext._C` loads this library, which registers the ops above with the dispatcher. The module itself
-// has no Python functions; it is built for Python's limited API (abi3), so one build serves every Python >= 3.10.
+// `import fp8ext._C` loads this library, which registers the ops above with the dispatcher. The module's own
+// functions are the direct launch of a CUDA build (direct_launch.cpp); it is built for Python's limited API (abi3),
+// so one build serves every Python >= 3.10.
 PyMODINIT_FUNC PyInit__C(void) {
+#ifdef FP8EXT_WITH_CUDA
+  PyMethodDef* methods = fp8ext::kModuleMethods;
+#else
+  PyMethodDef* methods = nullptr;
+#endif
   static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", "fp8ext native ops (torch.ops.fp8ext)", -1,
-                                          nullptr};
+                                          methods};
   return PyModule_Create(&module_def);
 }

@@ -26,7 +26,7 @@ from typing import Optional, Union
 
 import torch
 
-from . import _torch_route
+from . import _eager_route
 from .kernels import _has_cuda_kernels  # the autotuner's ops are registered with the CUDA kernels
 
 FORMAT = "fp8ext-autotune-1"
@@ -74,7 +74,7 @@ def autotune(enabled: bool = True, cache_file: Optional[Union[str, os.PathLike]]
     path = os.path.abspath(os.path.expanduser(os.fspath(cache_file))) if cache_file is not None else ""
     entries = _load_cache(path) if path else {}
     torch.ops.fp8ext._autotune_configure(bool(enabled), path, list(entries), list(entries.values()))
-    _torch_route.hold("autotune", bool(enabled))  # tuned choices come from the op's first calls
+    _eager_route.hold("autotune", bool(enabled))  # tuned choices come from the op's first calls
 
 
 def autotune_entries() -> dict[str, str]:

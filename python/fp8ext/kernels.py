@@ -12,7 +12,7 @@ from typing import Iterator, Optional
 
 import torch
 
-from . import _torch_route
+from . import _eager_route
 from .ops import FP8_DTYPES, OUT_DTYPES
 
 
@@ -125,7 +125,7 @@ def set_backends(backends: str) -> None:
     if not _has_cuda_kernels():
         raise RuntimeError("fp8ext.set_backends: this build has no CUDA kernels")
     torch.ops.fp8ext._set_backends(backends)
-    _torch_route.forget()
+    _eager_route.forget()
 
 
 def _backends_from_environment() -> None:
@@ -185,7 +185,7 @@ def force_kernel(name: Optional[str]) -> Iterator[None]:
     if not _has_cuda_kernels():
         raise RuntimeError("fp8ext.force_kernel: this build has no CUDA kernels")
     outer = torch.ops.fp8ext._forced_kernel()
-    _torch_route.hold("forced", True)  # the eager shortcut to torch would pass the forced kernel by
+    _eager_route.hold("forced", True)  # the eager shortcuts would pass the forced kernel by
     try:
         torch.ops.fp8ext._force_kernel(name or "")
         try:
@@ -193,4 +193,4 @@ def force_kernel(name: Optional[str]) -> Iterator[None]:
         finally:
             torch.ops.fp8ext._force_kernel(outer)
     finally:
-        _torch_route.hold("forced", False)
+        _eager_route.hold("forced", False)

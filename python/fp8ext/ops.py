@@ -20,7 +20,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
 from . import _C  # noqa: F401  (loading the library registers torch.ops.fp8ext)
-from . import _torch_route
+from . import _eager_route
 
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # what scaled_mm writes
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -65,10 +65,10 @@ def scaled_mm(
     every tile, while K <= 8M (plus one tile-sized temporary for a bias).
     """
     if bias is None and not _is_compiling():
-        # The backstop's calls go to torch from here, not through the op and back (_torch_route.py).
-        scales = _torch_route.scale_views(a, b, scale_a, scale_b, out_dtype, use_fast_accum)
-        if scales is not None:
-            return torch._scaled_mm(a, b, scales[0], scales[1], None, None, torch.bfloat16, use_fast_accum)
+        # The common eager calls go straight to torch's row-wise path or to fp8ext's kernel (_eager_route.py).
+        out = _eager_route.call(a, b, scale_a, scale_b, out_dtype, use_fast_accum)
+        if out is not None:
+            return out
     return _SCALED_MM(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
 
 

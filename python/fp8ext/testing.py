@@ -199,8 +199,8 @@ def assert_opcheck(op, args, kwargs: Optional[dict] = None, test_utils: tuple = 
 
 def plant_fault(fault: str) -> None:
     """Plant a fault for the robustness tests (the internal op ``_testing_fault``: ``"tensorwise=..."``,
-    ``"blockwise=..."``, ``"cc=<major><minor>"``, or ``""`` to remove it). The eager shortcut to torch's row-wise
-    path cannot see a planted fault, so it is off while one is planted."""
-    from . import _torch_route
+    ``"blockwise=..."``, ``"cc=<major><minor>"``, or ``""`` to remove it). The eager shortcuts (to torch's row-wise
+    path, to a kernel) cannot see a planted fault, so they are off while one is planted."""
+    from . import _eager_route
     torch.ops.fp8ext._testing_fault(fault)
-    _torch_route.hold("fault", bool(fault))
+    _eager_route.hold("fault", bool(fault))

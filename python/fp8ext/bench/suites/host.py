@@ -6,7 +6,7 @@ torch.ops.fp8ext.scaled_mm called directly, torch._scaled_mm and the same aten o
 row-wise problem on the same tensors, and a
 layer's forward on a [1, M, K] bf16 input: fp8ext.nn.Float8Linear (one fp8ext.linear call) and bf16 nn.Linear; the
 output's allocation alone is timed for scale. One shape is one that fp8ext hands to torch._scaled_mm (the
-backstop: fp8ext.selected_kernel names torch there), one is run by fp8ext's own kernel. Each call is timed on the
+backstop: fp8ext.selected_kernel names torch there); the others are run by fp8ext's own kernels. Each call is timed on the
 host, from before the call to its return: what an eager caller's Python thread spends on it (the op's checks and
 dispatch, the output's allocation, the launch). The GPU work is small and a synchronize every 50 calls keeps the
 launch queue short, so no call waits for the GPU. The functions take turns of `calls` calls each, five rounds, the
@@ -26,8 +26,8 @@ from ...testing import random_operands
 from ..registry import register_suite
 
 # (what the shape is, M, N, K): the backstop's shape is the one an eager user found 2-8x slower than torch's own
-# call; the kernel's is a decode-sized layer.
-SHAPES = [("backstop", 1525, 896, 512), ("kernel", 16, 512, 512)]
+# call; the kernel's is a decode-sized layer, and the one-row call a batch-1 decode step's projection.
+SHAPES = [("backstop", 1525, 896, 512), ("kernel", 16, 512, 512), ("one row", 1, 4096, 4096)]
 GRAD_MODES = {"grad": torch.enable_grad, "no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
 SYNC_EVERY = 50
 
