@@ -62,7 +62,7 @@ def test_the_deadline_stops_running_jobs_and_starts_no_more():
 
 def suite_args(**kw):
     base = dict(no_shapes=False, no_models=False, shape_rows=None, shape_max_m=None, gpus=4, rep_ms=60, rounds=3,
-                shape_budget_s=900, model_runs=None, model_shapes="decode_b1", model_layers=4, model_budget_s=None,
+                shape_budget_s=900, model_runs=None, model_shapes="decode_b1", model_layers=4, model_budget_s=None, inductor_pdl=False,
                 fanout_deadline_s=500, quiet=True)
     return SimpleNamespace(**{**base, **kw})
 

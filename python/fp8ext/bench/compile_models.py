@@ -118,10 +118,13 @@ def phase_deltas(before: dict, after: dict, top: int = 14) -> dict:
 
 
 def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int = 3, runs=None,
-                  shapes=SHAPES, budget_s: Optional[float] = None) -> dict:
+                  shapes=SHAPES, budget_s: Optional[float] = None, inductor_pdl: bool = False) -> dict:
     """``runs``: the names of RUNS to compile and time (default all); ``shapes``: of SHAPES. Each run and shape is a
     compilation of the whole model, taken shape by shape (every run's, in turn), so that a ``budget_s`` (seconds for
-    the compilations) that runs out leaves whole shapes out, never one run of a pair."""
+    the compilations) that runs out leaves whole shapes out, never one run of a pair. ``inductor_pdl``: every run
+    compiles with Inductor's programmatic dependent launch (``triton.enable_pdl``, off by default in torch), which
+    lets each Triton kernel start while the kernel before it finishes, and lets the kernel after it (fp8ext's decode
+    GEMMs among them) start early too."""
     import torch._inductor.config as inductor_config
     base = llama_models.build_model("8b", layers, llama_models.LLAMA3_VOCAB, "cuda", attention="sdpa_packed_gqa")
     models = {"bf16": base}
@@ -146,7 +149,7 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
     phases: dict = {}
     compile_s = {run: 0.0 for run, _, _ in todo}
     profiles, start = {}, time.perf_counter()
-    with inductor_config.patch(fx_graph_cache=False), torch.no_grad():
+    with inductor_config.patch({"fx_graph_cache": False, "triton.enable_pdl": inductor_pdl}), torch.no_grad():
         steps = {}
         for run, variant, _ in todo:
             forward = _compiled_forward(models[variant], run)
@@ -181,7 +184,8 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
                     **time_ms(fns, iters, rounds)}
     del graphs, models
     torch.cuda.empty_cache()
-    return summarize_model({"config": "8b", "layers": layers, "attention": "sdpa_packed_gqa", "ms": ms,
+    return summarize_model({"config": "8b", "layers": layers, "attention": "sdpa_packed_gqa",
+                            "inductor_pdl": inductor_pdl, "ms": ms,
                             "inductor_config_torchao_runs": ao_config,
                             "compile_s": compile_s, "compile_phases_s": phases, "profile_decode_b1": profiles,
                             "errors": errors})
@@ -191,7 +195,7 @@ def merge_model_parts(parts: list) -> dict:
     """One model section of several, each of which timed some runs and shapes (bench/fanout.py): the times of each
     shape side by side, compile_s summed per run, and the ratios taken again. A ratio only ever divides two times
     that one part took."""
-    merged = {k: parts[0][k] for k in ("config", "layers", "attention")}
+    merged = {k: parts[0].get(k) for k in ("config", "layers", "attention", "inductor_pdl")}
     merged.update({"ms": {}, "compile_s": {}, "compile_phases_s": {}, "profile_decode_b1": {}, "errors": {}})
     for part in parts:
         for name, times in part["ms"].items():

@@ -158,6 +158,10 @@ def summarize_shapes(rows: list[dict]) -> dict:
                                                        "shapes left when they run out are not measured"),
                          "--model-shapes": dict(default="decode_b1,decode_b8,prefill_1x2048",
                                                 help="compile suite: the model shapes to take, comma-separated"),
+                         "--inductor-pdl": dict(action="store_true",
+                                                help="compile suite: the model section's runs (every one) compile "
+                                                     "with Inductor's programmatic dependent launch "
+                                                     "(triton.enable_pdl)"),
                          "--gpus": dict(type=int, default=1,
                                         help="compile suite: spread the shape rows and model shapes over this many "
                                              "GPUs of the host, a process each (bench/fanout.py); 0 = all"),
@@ -192,7 +196,7 @@ def compile_suite(args) -> dict:
     runs = None if args.model_runs is None else [r.strip() for r in args.model_runs.split(",")]
     return with_model(record, model_section(args.model_layers, quiet=args.quiet, runs=runs,
                                             shapes=tuple(x.strip() for x in args.model_shapes.split(",")),
-                                            budget_s=args.model_budget_s))
+                                            budget_s=args.model_budget_s, inductor_pdl=args.inductor_pdl))
 
 
 ROWS_PER_JOB = 3
@@ -219,6 +223,7 @@ def fanned_out(args) -> dict:
                 budget = [] if args.model_budget_s is None else ["--model-budget-s", str(args.model_budget_s)]
                 jobs.append(Job(f"model {shape} {','.join(runs)}",
                                 [*common, "--no-shapes", "--model-layers", str(args.model_layers),
+                                 *(["--inductor-pdl"] if args.inductor_pdl else []),
                                  "--model-shapes", shape, "--model-runs", ",".join(runs), *budget],
                                 100.0 * len(runs)))
     done = run_jobs(bench_command("compile"), jobs, gpus, args.fanout_deadline_s, quiet=args.quiet)
