@@ -149,7 +149,8 @@ def model_section(layers: int, quiet: bool = False, iters: int = 30, rounds: int
     phases: dict = {}
     compile_s = {run: 0.0 for run, _, _ in todo}
     profiles, start = {}, time.perf_counter()
-    with inductor_config.patch({"fx_graph_cache": False, "triton.enable_pdl": inductor_pdl}), torch.no_grad():
+    pdl = {"triton.enable_pdl": True} if inductor_pdl else {}  # torch's default is off; patched only when asked
+    with inductor_config.patch({"fx_graph_cache": False, **pdl}), torch.no_grad():
         steps = {}
         for run, variant, _ in todo:
             forward = _compiled_forward(models[variant], run)
