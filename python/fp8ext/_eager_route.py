@@ -23,6 +23,11 @@ common calls itself, once it knows their route:
   public functions that change them (`force_kernel`, `autotune`, `set_backends`, `fp8ext.testing.plant_fault`)
   empty the table, and while a kernel is forced, the autotuner is on or a fault is planted the shortcuts are off.
 
+`fp8ext.linear` (and so `Float8Linear`) has the kernel route too (`linear_call`): for a contiguous x and a contiguous
+e4m3 weight whose shape the dispatch gives one of fp8ext's kernels, the quantize and the GEMM are launched by
+`fp8ext._C._direct_linear` as the op launches them; everything else, the calls it hands to torch included, goes to
+the op.
+
 Traced calls (torch.compile, torch.export, make_fx) never take them, nor calls under a dispatch mode (a FLOP
 counter, FakeTensorMode): they see fp8ext's op.
 """
@@ -40,11 +45,14 @@ _MAX_DIM = 2**31 - 1
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _TORCH_NAME = "torch._scaled_mm"
 _launch = getattr(_C, "_direct_launch", None)  # a CUDA build's
+_linear_launch = getattr(_C, "_direct_linear", None)
 _plan = getattr(_C, "_direct_plan", None)
+_OUT_CODES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}  # _direct_linear's x_dtype
 
 # The routes: the op (False), torch (True), or the direct launch's plan of a kernel (an int >= 0).
 OP, TORCH = False, True
 _routes: dict = {}  # (a.shape, b.shape, use_fast_accum, device index) -> route
+_linear_routes: dict = {}  # (x.shape, weight.shape, has bias, x.dtype, use_fast_accum, device index) -> route
 _holds = {"forced": 0, "autotune": 0, "fault": 0}  # why the shortcuts are off
 _held = [0]  # the sum of _holds, read on every call
 _lock = threading.Lock()
@@ -56,24 +64,27 @@ def hold(reason: str, on: bool) -> None:
         _holds[reason] = max(0, _holds[reason] + (1 if on else -1)) if reason == "forced" else int(on)
         _held[0] = sum(_holds.values())
         _routes.clear()
+        _linear_routes.clear()
 
 
 def forget() -> None:
     """Empty the table: what the dispatch reads has changed (the backends)."""
     with _lock:
         _routes.clear()
+        _linear_routes.clear()
 
 
-def _ask(M: int, N: int, K: int, use_fast_accum: bool, device: int):
+def _ask(M: int, N: int, K: int, use_fast_accum: bool, device: int, out_dtype=_BF16, bias: bool = False):
     """The route of a shape: the dispatch's answer, the same outside and inside capture."""
     if _plan is None:
         return OP
     with torch.cuda.device(device):
         if torch.cuda.get_device_capability() != (9, 0):
             return OP  # elsewhere the op runs the reference path, and warns
-        # torch's row-wise path takes a call of one row as tensor-wise, so the op never offers it one (torch_can_run)
-        torch_ok = M >= 2
-        names = {torch.ops.fp8ext._selected_kernel(M, N, K, _BF16, use_fast_accum, _E4M3, capturing, torch_ok)
+        # torch's row-wise path takes a call of one row as tensor-wise, and no bias, so the op never offers it
+        # those (torch_can_run)
+        torch_ok = M >= 2 and not bias
+        names = {torch.ops.fp8ext._selected_kernel(M, N, K, out_dtype, use_fast_accum, _E4M3, capturing, torch_ok)
                  for capturing in (False, True)}
     if len(names) != 1:
         return OP
@@ -143,4 +154,62 @@ def call(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch
     out = a.new_empty((M, N), dtype=_BF16)
     _launch(route, a.data_ptr(), b.data_ptr(), scale_a.data_ptr(), scale_b.data_ptr(), out.data_ptr(), M, N, K,
             key[3], M > 1)
+    return out
+
+
+def _plain_linear(x, weight, weight_scale, bias, K: int, K_w: int, N: int) -> bool:
+    """Whether an fp8ext.linear call is one the direct launch takes: x 2-D or 3-D and contiguous, the weight
+    [N, K] e4m3 contiguous, its scales float32 (N,) or (N, 1) contiguous, the bias None or x's dtype (N,)
+    contiguous, the three 16-byte aligned; plain tensors on one CUDA device; none requiring grad in grad mode."""
+    if (type(x) not in _PLAIN or type(weight) not in _PLAIN or type(weight_scale) not in _PLAIN
+            or (bias is not None and type(bias) not in _PLAIN)
+            or weight.dtype is not _E4M3 or weight_scale.dtype is not _F32
+            or (bias is not None and bias.dtype is not x.dtype)):
+        return False
+    if (K_w != K or K <= 0 or K % 16 or N <= 0 or N % 16 or N > _MAX_DIM or K > _MAX_DIM or x.dim() not in (2, 3)
+            or x.numel() == 0 or x.numel() // K > _MAX_DIM or not x.is_contiguous() or weight.stride() != (K, 1)
+            or weight_scale.stride(0) != 1 or weight_scale.shape not in ((N,), (N, 1))
+            or (bias is not None and (bias.shape != (N,) or bias.stride(0) != 1))):
+        return False
+    device = x.get_device()
+    if (device < 0 or weight.get_device() != device or weight_scale.get_device() != device
+            or (bias is not None and bias.get_device() != device)):
+        return False
+    if (weight.data_ptr() | weight_scale.data_ptr() | (0 if bias is None else bias.data_ptr())) % 16:
+        return False
+    return not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or weight_scale.requires_grad
+                                             or (bias is not None and bias.requires_grad)))
+
+
+def linear_call(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias, use_fast_accum: bool):
+    """fp8ext.linear's result by the direct launch (its quantize and GEMM, as the op runs them on a kernel), or None
+    when the op must make the call: one the dispatch hands to torch or a stream-K kernel, and any not listed in
+    _plain_linear. q and its scales share one temporary buffer."""
+    if _held[0] or _linear_launch is None or _dispatch_modes():
+        return None
+    try:
+        x_shape, w_shape = x.shape, weight.shape
+        key = (x_shape, w_shape, bias is None, x.dtype, use_fast_accum, x.get_device())
+        route = _linear_routes.get(key)
+        if route is OP:
+            return None
+        code = _OUT_CODES.get(x.dtype)
+        K, (N, K_w) = x_shape[-1], w_shape
+    except (AttributeError, TypeError, ValueError, IndexError):  # the op's checks say what is wrong
+        return None
+    if code is None or not _plain_linear(x, weight, weight_scale, bias, K, K_w, N):
+        return None
+    M = x.numel() // K
+    if route is None:
+        route = _ask(M, N, K, use_fast_accum, key[5], x.dtype, bias is not None)
+        route = OP if route is TORCH else route  # the op quantizes, then hands the GEMM to torch
+        with _lock:
+            if not _held[0]:
+                _linear_routes[key] = route
+        if route is OP:
+            return None
+    buffer = x.new_empty(((M * K + 15) // 16 * 16 + 4 * M,), dtype=torch.uint8)
+    out = x.new_empty((*x_shape[:-1], N))
+    _linear_launch(route, x.data_ptr(), code, M, K, buffer.data_ptr(), weight.data_ptr(), weight_scale.data_ptr(),
+                   0 if bias is None else bias.data_ptr(), out.data_ptr(), N, key[5])
     return out

@@ -18,10 +18,12 @@ from torch import nn
 
 from ._cast import keeping_dtypes
 from .moe import Float8Experts, experts_problem, is_stacked_experts
+from . import _eager_route
 from .ops import _LINEAR
 from .quantize import quantize_rowwise
 
 E4M3 = torch.float8_e4m3fn
+_is_compiling = torch.compiler.is_compiling
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -33,6 +35,10 @@ def _fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tenso
     # The op takes 2-D and 3-D inputs; other ranks are flattened first. Its eager entry is called directly (not the
     # Python wrapper): an eager decode step is bound by the host's time per layer.
     if x.dim() in (2, 3):
+        if not _is_compiling():
+            out = _eager_route.linear_call(x, weight, weight_scale, bias, use_fast_accum)  # the direct launch
+            if out is not None:
+                return out
         return _LINEAR(x, weight, weight_scale, bias, use_fast_accum)
     out = _LINEAR(x.reshape(-1, weight.shape[1]), weight, weight_scale, bias, use_fast_accum)
     return out.view(*x.shape[:-1], weight.shape[0])

@@ -215,6 +215,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bi
     saves the host a dispatcher round trip and the views between the two; ``Float8Linear`` runs on it.
     Bad arguments raise ``RuntimeError`` starting ``fp8ext.linear: <argument>:`` (docs/model_path.md).
     """
+    if not _is_compiling():
+        out = _eager_route.linear_call(x, weight, weight_scale, bias, use_fast_accum)  # _eager_route.py
+        if out is not None:
+            return out
     return _LINEAR(x, weight, weight_scale, bias, use_fast_accum)
 
 
