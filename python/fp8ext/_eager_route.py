@@ -74,6 +74,14 @@ def forget() -> None:
         _linear_routes.clear()
 
 
+def _remember(table: dict, key, route):
+    """Stores a route unless the shortcuts were held off meanwhile; returns it."""
+    with _lock:
+        if not _held[0]:
+            table[key] = route
+    return route
+
+
 def _ask(M: int, N: int, K: int, use_fast_accum: bool, device: int, out_dtype=_BF16, bias: bool = False):
     """The route of a shape: the dispatch's answer, the same outside and inside capture."""
     if _plan is None:
@@ -111,7 +119,7 @@ def _plain_call(a, b, scale_a, scale_b, out_dtype, M: int, K: int, K_b: int, N: 
     device = a.get_device()
     if device < 0 or b.get_device() != device or scale_a.get_device() != device or scale_b.get_device() != device:
         return False
-    if not ((scale_a.shape == (M, 1) and scale_a.stride(0) == 1) or (scale_a.shape == (M,) and scale_a.stride(0) == 1)):
+    if scale_a.shape not in ((M, 1), (M,)) or scale_a.stride(0) != 1:
         return False
     if not ((scale_b.shape == (1, N) and scale_b.stride(1) == 1) or (scale_b.shape == (N,) and scale_b.stride(0) == 1)):
         return False
@@ -141,10 +149,7 @@ def call(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch
     if not _plain_call(a, b, scale_a, scale_b, out_dtype, M, K, K_b, N):
         return None
     if route is None:
-        route = _ask(M, N, K, use_fast_accum, key[3])
-        with _lock:
-            if not _held[0]:
-                _routes[key] = route
+        route = _remember(_routes, key, _ask(M, N, K, use_fast_accum, key[3]))
         if route is OP:
             return None
     if route is TORCH:
@@ -202,10 +207,8 @@ def linear_call(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tenso
     M = x.numel() // K
     if route is None:
         route = _ask(M, N, K, use_fast_accum, key[5], x.dtype, bias is not None)
-        route = OP if route is TORCH else route  # the op quantizes, then hands the GEMM to torch
-        with _lock:
-            if not _held[0]:
-                _linear_routes[key] = route
+        # the op quantizes, then hands the GEMM to torch
+        route = _remember(_linear_routes, key, OP if route is TORCH else route)
         if route is OP:
             return None
     buffer = x.new_empty(((M * K + 15) // 16 * 16 + 4 * M,), dtype=torch.uint8)
