@@ -27,7 +27,8 @@ def pretend_cuda(monkeypatch):
     asked, launched, op_calls = [], [], []
     monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 0)
     monkeypatch.setattr(_eager_route, "_ask", lambda *key: asked.append(key) or 2)
-    monkeypatch.setattr(_eager_route, "_linear_launch", lambda *args: launched.append(args))
+    monkeypatch.setattr(_eager_route, "_linear_launch", lambda *args: launched.append(args) or True)
+    monkeypatch.setattr(_eager_route, "_torch_rowwise_ready", lambda: False)  # torch's route: tested on its own
     monkeypatch.setattr(fp8ext.ops, "_LINEAR", lambda *args: op_calls.append(args) or "the op's result")
     monkeypatch.setattr(fp8ext.nn, "_LINEAR", lambda *args: op_calls.append(args) or "the op's result")
     _eager_route.forget()
@@ -42,14 +43,14 @@ def test_a_kernel_route_launches_the_quantize_and_the_gemm_on_the_call_s_pointer
     for _ in range(2):
         out = fp8ext.linear(x, w, ws, b)
         assert out.shape == (2, 3, 256) and out.dtype == BF16 and out.is_contiguous()
-    (plan, x_ptr, code, M, K, buffer, w_ptr, ws_ptr, b_ptr, out_ptr, N, device) = launched[-1]
-    assert (plan, x_ptr, code, M, K, w_ptr, ws_ptr, N, device) == (2, x.data_ptr(), 0, 6, 128, w.data_ptr(),
-                                                                     ws.data_ptr(), 256, 0)
+    (plan, x_ptr, code, M, K, buffer, w_ptr, ws_ptr, b_ptr, out_ptr, N, device, fast) = launched[-1]
+    assert (plan, x_ptr, code, M, K, w_ptr, ws_ptr, N, device, fast) == (2, x.data_ptr(), 0, 6, 128, w.data_ptr(),
+                                                                           ws.data_ptr(), 256, 0, True)
     assert b_ptr == (b.data_ptr() if bias else 0) and out_ptr == out.data_ptr() and buffer not in (0, out_ptr)
     assert asked == [(6, 256, 128, True, 0, BF16, bias)] and op_calls == []  # asked once per shape
 
 
-def test_float8linear_takes_it_and_a_route_to_torch_is_left_to_the_op(pretend_cuda, monkeypatch):
+def test_float8linear_takes_it_and_a_route_to_torch_is_left_to_the_op_without_cublaslt(pretend_cuda, monkeypatch):
     asked, launched, op_calls = pretend_cuda
     layer = Float8Linear.from_linear(torch.nn.Linear(128, 256, bias=False, dtype=BF16))
     x = torch.randn(5, 128, dtype=BF16)
@@ -57,6 +58,21 @@ def test_float8linear_takes_it_and_a_route_to_torch_is_left_to_the_op(pretend_cu
     monkeypatch.setattr(_eager_route, "_ask", lambda *key: True)  # torch's: the op quantizes and hands it on
     _eager_route.forget()
     assert layer(x) == "the op's result" and len(launched) == 1 and len(op_calls) == 1
+
+
+def test_a_route_to_torch_is_the_quantize_and_torch_s_cublaslt_call(pretend_cuda, monkeypatch):
+    asked, launched, op_calls = pretend_cuda
+    monkeypatch.setattr(_eager_route, "_ask", lambda *key: True)
+    monkeypatch.setattr(_eager_route, "_torch_rowwise_ready", lambda: True)
+    monkeypatch.setattr(_eager_route, "_LT_ALIGN", 1)  # CPU tensors here are not 256-byte aligned
+    x, w, ws, _ = layer_args()
+    out = fp8ext.linear(x, w, ws, None, use_fast_accum=False)
+    assert out.shape == (2, 3, 256) and launched[-1][0] == _eager_route._TORCH_PLAN and launched[-1][-1] is False
+    # with a bias, or another dtype than bf16, torch's route is the op's
+    for args in (layer_args(bias=True), layer_args(dtype=torch.float16)):
+        assert fp8ext.linear(*args) == "the op's result"
+    monkeypatch.setattr(_eager_route, "_linear_launch", lambda *args: False)  # under capture: nothing launched
+    assert fp8ext.linear(x, w, ws, None, use_fast_accum=False) == "the op's result" and len(op_calls) == 3
 
 
 def _strided(t):
@@ -137,3 +153,29 @@ def test_float8linear_by_the_direct_launch_in_a_cuda_graph_replays_the_eager_res
         graph.replay()
         assert torch.equal(out, torch.ops.fp8ext.linear(x, layer.weight, layer.weight_scale, layer.bias, True))
         assert not torch.equal(out, want)  # the replay read the new x
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("use_fast_accum", [True, False])
+def test_a_route_to_torch_gives_the_op_s_bits_in_eager_code_and_in_a_cuda_graph(use_fast_accum):
+    shapes = [(m, n, k) for m in (1525, 2048, 4096) for n, k in ((896, 512), (4096, 7168), (8192, 8192))]
+    picked = [s for s in shapes if all(fp8ext.selected_kernel(*s, use_fast_accum=use_fast_accum, capturing=c)
+                                       == "torch._scaled_mm" for c in (False, True))][:2]
+    if not picked or _eager_route._torch_rowwise is None or not _eager_route._torch_rowwise_ready():
+        pytest.skip("no shape here that the dispatch hands to torch, or no cuBLASLt call to mirror")
+    for M, N, K in picked:
+        x, w, ws, _ = layer_args((M, K), N, device="cuda")
+        _eager_route.forget()
+        with torch.no_grad():
+            out = fp8ext.linear(x, w, ws, None, use_fast_accum)
+            assert _eager_route._linear_routes[(x.shape, w.shape, True, BF16, use_fast_accum, 0)] == -2
+            assert torch.equal(out, torch.ops.fp8ext.linear(x, w, ws, None, use_fast_accum)), (M, N, K)
+            graph = torch.cuda.CUDAGraph()  # captured: cuBLASLt's workspace is not taken there, the op runs
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+                captured = fp8ext.linear(x, w, ws, None, use_fast_accum)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(captured, out), (M, N, K)

@@ -21,6 +21,8 @@ def pretend_cuda(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 0)
     monkeypatch.setattr(_eager_route, "_ask", lambda *key: asked.append(key) or True)
     monkeypatch.setattr(torch, "_scaled_mm", lambda *args: made.append(args) or "torch's result")
+    monkeypatch.setattr(_eager_route, "_torch_rowwise", None)  # a CUDA build's cuBLASLt call: tested on its own
+    monkeypatch.setattr(_eager_route, "_lt_ready", [True])
     _eager_route.forget()
     yield asked, made
     _eager_route.forget()
@@ -46,6 +48,30 @@ def test_one_dimensional_scales_reach_torch_as_the_op_passes_them(pretend_cuda):
     (args,) = made
     assert args[2].shape == (64, 1) and args[3].shape == (1, 256)
     assert args[2].data_ptr() == sa.data_ptr() and args[3].data_ptr() == sb.data_ptr()  # views, no copy
+
+
+def test_a_backstop_call_is_torch_s_cublaslt_call_on_the_call_s_pointers_into_a_new_output(pretend_cuda,
+                                                                                          monkeypatch):
+    _, made = pretend_cuda
+    ran = []
+    monkeypatch.setattr(_eager_route, "_torch_rowwise", lambda *args: ran.append(args) or True)
+    monkeypatch.setattr(_eager_route, "_torch_rowwise_ready", lambda: True)
+    monkeypatch.setattr(_eager_route, "_LT_ALIGN", 1)  # CPU tensors here are not 256-byte aligned
+    a, b, sa, sb = operands()
+    out = fp8ext.scaled_mm(a, b, sa.view(-1), sb, use_fast_accum=False)
+    assert out.shape == (64, 256) and out.dtype == BF16 and out.is_contiguous() and made == []
+    assert ran == [(a.data_ptr(), b.data_ptr(), sa.data_ptr(), sb.data_ptr(), out.data_ptr(), 64, 256, 128, False, 0)]
+
+
+def test_a_backstop_call_cublaslt_cannot_take_goes_to_torch(pretend_cuda, monkeypatch):
+    _, made = pretend_cuda
+    ran = []
+    monkeypatch.setattr(_eager_route, "_torch_rowwise", lambda *args: ran.append(args) or False)  # e.g. capturing
+    monkeypatch.setattr(_eager_route, "_torch_rowwise_ready", lambda: True)
+    monkeypatch.setattr(_eager_route, "_LT_ALIGN", 1)
+    assert fp8ext.scaled_mm(*operands()) == "torch's result" and len(ran) == len(made) == 1
+    monkeypatch.setattr(_eager_route, "_LT_ALIGN", 2**40)  # no pointer is that aligned: cuBLASLt is not asked
+    assert fp8ext.scaled_mm(*operands()) == "torch's result" and len(ran) == 1 and len(made) == 2
 
 
 class Subclass(torch.Tensor):
@@ -202,14 +228,67 @@ def test_a_forced_kernel_the_autotuner_and_the_backends_each_reset_the_route(pre
 
 # ---- On the GPU ----
 
-def backstop_shape(use_fast_accum):
-    shapes = [(m, n, k) for m in (1024, 2048, 4096, 8192) for n, k in ((896, 512), (4096, 7168), (8192, 8192))]
-    shape = next((s for s in shapes if all(fp8ext.selected_kernel(*s, use_fast_accum=use_fast_accum,
-                                                                  capturing=c) == "torch._scaled_mm"
-                                           for c in (False, True))), None)
-    if shape is None:
+def backstop_shapes(use_fast_accum, most=4):
+    shapes = [(m, n, k) for m in (1525, 1024, 2048, 4096, 8192) for n, k in ((896, 512), (4096, 7168), (8192, 8192))]
+    found = [s for s in shapes if all(fp8ext.selected_kernel(*s, use_fast_accum=use_fast_accum,
+                                                             capturing=c) == "torch._scaled_mm" for c in (False, True))]
+    if not found:
         pytest.skip("no shape here that the dispatch hands to torch")
-    return shape
+    return found[:most]
+
+
+def backstop_shape(use_fast_accum):
+    return backstop_shapes(use_fast_accum, 1)[0]
+
+
+@pytest.fixture
+def cublaslt_runs(monkeypatch):
+    """The answers of the route's cuBLASLt calls (True: it ran), recorded on the way through."""
+    answers, real = [], _eager_route._torch_rowwise
+    if real is None:
+        pytest.skip("not a CUDA build")
+    monkeypatch.setattr(_eager_route, "_torch_rowwise", lambda *args: answers.append(real(*args)) or answers[-1])
+    return answers
+
+
+def cuda_kernels(fn):
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("use_fast_accum", [True, False])
+def test_the_backstop_s_cublaslt_call_runs_torch_s_kernel_and_gives_its_bits(use_fast_accum, cublaslt_runs):
+    for M, N, K in backstop_shapes(use_fast_accum):
+        a, b, sa, sb = random_operands(M, N, K, device="cuda")
+        _eager_route.forget()
+        fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=use_fast_accum)  # the route and the algorithm, asked once
+        ours = cuda_kernels(lambda: fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=use_fast_accum))
+        torch_s = cuda_kernels(lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=BF16, use_fast_accum=use_fast_accum))
+        assert ours == torch_s and cublaslt_runs[-2:] == [True, True], (M, N, K, ours, torch_s, cublaslt_runs)
+        out = fp8ext.scaled_mm(a, b, sa.view(-1), sb.view(-1), use_fast_accum=use_fast_accum)
+        assert torch.equal(out, torch._scaled_mm(a, b, sa, sb, out_dtype=BF16, use_fast_accum=use_fast_accum))
+
+
+@pytest.mark.gpu
+def test_the_backstop_s_cublaslt_call_on_a_side_stream_and_with_unaligned_operands(cublaslt_runs):
+    M, N, K = backstop_shape(True)
+    a, b, sa, sb = random_operands(M, N, K, device="cuda")
+    expected = torch._scaled_mm(a, b, sa, sb, out_dtype=BF16, use_fast_accum=True)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # a workspace of its own
+        side = fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=True)
+    torch.cuda.current_stream().wait_stream(stream)
+    assert torch.equal(side, expected) and cublaslt_runs == [True]
+    shifted = torch.empty(M * K + 16, dtype=torch.uint8, device="cuda")[16:].view(E4M3).view(M, K)
+    shifted.copy_(a)  # 16 bytes past a 256-byte boundary: torch._scaled_mm's own call
+    assert shifted.data_ptr() % 256 == 16
+    assert torch.equal(fp8ext.scaled_mm(shifted, b, sa, sb, use_fast_accum=True), expected) and len(cublaslt_runs) == 1
 
 
 @pytest.mark.gpu

@@ -164,7 +164,7 @@ def sources(with_cuda: bool) -> list[Path]:
         srcs += [ops / "scaled_mm_cuda.cpp", ops / "linear_cuda.cpp", ops / "torch_backstop.cpp",
                  ops / "sm90_launch.cpp", ops / "cuda_device.cpp", ops / "autotune_timing.cpp",
                  ops / "introspection.cpp", ops / "testing_hooks.cpp", ops / "scaled_grouped_mm_cuda.cpp",
-                 ops / "direct_launch.cpp"]
+                 ops / "direct_launch.cpp", ops / "cublaslt_rowwise.cpp"]
         srcs += [SM90 / "rowwise" / "kernel_registry.cpp",
                  SM90 / "dispatch" / "dispatch.cpp", SM90 / "dispatch" / "cost_model.cpp",
                  SM90 / "autotune" / "autotune.cpp", SM90 / "blockwise" / "blockwise_registry.cpp",

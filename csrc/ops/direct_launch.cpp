@@ -15,12 +15,19 @@
 //                                           a [M, K] row-major with stride K, b [K, N] column-major with stride
 //                                           K, float32 scales (M values, or one when not scale_a_per_row; N
 //                                           values), out [M, N] bf16 contiguous: addresses as ints
-//   _direct_linear(plan, x, x_dtype, M, K, buffer, weight, weight_scale, bias, out, N, device) -> None
-//                                           fp8ext.linear as linear_cuda.cpp runs it on a kernel: x [M, K]
-//                                           contiguous (x_dtype 0 bf16, 1 fp16, 2 fp32, the output's too) quantized
-//                                           into `buffer` (q, M x K e4m3, then the M float32 scales at the next
-//                                           16-byte boundary), then the GEMM against weight [N, K] (stride K) with
-//                                           weight_scale (N values) and bias (0: none) into out [M, N]
+//   _direct_linear(plan, x, x_dtype, M, K, buffer, weight, weight_scale, bias, out, N, device,
+//                  use_fast_accum) -> bool  fp8ext.linear as linear_cuda.cpp runs it: x [M, K] contiguous (x_dtype
+//                                           0 bf16, 1 fp16, 2 fp32, the output's too) quantized into `buffer` (q,
+//                                           M x K e4m3, then the M float32 scales at the next 16-byte boundary),
+//                                           then the GEMM against weight [N, K] (stride K) with weight_scale (N
+//                                           values) and bias (0: none) into out [M, N]: the plan's kernel, or with
+//                                           plan -2 torch's row-wise path as _torch_rowwise runs it (bf16, no
+//                                           bias); False when that cannot be taken here, before any launch
+//   _torch_rowwise_ready() -> bool          whether _torch_rowwise can run (cublaslt_rowwise.h)
+//   _torch_rowwise(a, b, scale_a, scale_b, out, M, N, K, use_fast_accum, device) -> bool
+//                                           torch's row-wise path on _direct_launch's operands, as torch calls
+//                                           cuBLASLt (cublaslt_rowwise.cpp); False when it cannot be taken here
+//                                           (then the caller calls torch._scaled_mm), None with an error set
 //
 // Only the CUDA runtime and the stable C shim's stream accessor are used; no libtorch tensors. fp8ext.linear's
 // GEMV kernels are launched as programmatic dependents of its quantize, here as in the op (kernel->launch).
@@ -33,6 +40,7 @@
 
 #include <cuda_runtime.h>
 
+#include "ops/cublaslt_rowwise.h"
 #include "ops/cuda_device.h"
 #include "ops/direct_launch.h"
 #include "ops/sm90_launch.h"
@@ -91,67 +99,100 @@ class DeviceSwitch {
   int previous_ = -1;
 };
 
-void launch_plan(const sm90::KernelChoice& choice, const void* a, const void* b, const float* scale_a,
-                 const float* scale_b, void* out, int64_t M, int64_t N, int64_t K, int device, bool scale_a_per_row) {
-  const DeviceSwitch on(device);
-  const cudaDeviceProp& props = device_properties(device);
+// The GEMM of a plan on its operands, as run_sm90 launches a chosen kernel. `what` names the op in errors.
+void launch_gemm(const sm90::KernelChoice& choice, const char* what, const void* a, const void* b,
+                 const float* scale_a, const float* scale_b, const void* bias, void* out, const ScaledMmProblem& problem,
+                 int device, cudaStream_t stream) {
+  sm90::GemmParams p = gemm_params(Operand{a, problem.K}, Operand{b, problem.K}, scale_a, scale_b,
+                                   /*a_is_e5m2=*/false, bias, out, problem, device,
+                                   device_properties(device).multiProcessorCount, stream);
+  p.sched = choice.sched;
+  p.workspace_bytes = choice.kernel->workspace_size(p);
+  FP8EXT_CHECK(p.workspace_bytes == 0, what, ": kernel '", sm90::choice_name(choice),
+               "' needs a workspace, which a direct launch does not provide");
+  const sm90::LaunchResult r = choice.kernel->launch(p);
+  FP8EXT_CHECK(r.ok, what, ": CUTLASS kernel '", sm90::choice_name(choice), "' failed at ", r.stage, ": ", r.detail,
+               " (M=", problem.M, ", N=", problem.N, ", K=", problem.K, ", lda=", p.lda, ", ldb=", p.ldb, ")");
+}
+
+ScaledMmProblem problem_of(int64_t M, int64_t N, int64_t K, bool scale_a_per_row, ScalarType out_dtype) {
   ScaledMmProblem problem;
   problem.M = M;
   problem.N = N;
   problem.K = K;
   problem.scale_a_per_row = scale_a_per_row;
   problem.scale_b_per_col = true;
-  problem.out_dtype = ScalarType::BFloat16;
-  sm90::GemmParams p = gemm_params(Operand{a, K}, Operand{b, K}, scale_a, scale_b, /*a_is_e5m2=*/false,
-                                   /*bias=*/nullptr, out, problem, device, props.multiProcessorCount,
-                                   current_cuda_stream(device));
-  p.sched = choice.sched;
-  p.workspace_bytes = choice.kernel->workspace_size(p);
-  FP8EXT_CHECK(p.workspace_bytes == 0, "fp8ext.scaled_mm: kernel '", sm90::choice_name(choice),
-               "' needs a workspace, which a direct launch does not provide");
-  const sm90::LaunchResult r = choice.kernel->launch(p);
-  FP8EXT_CHECK(r.ok, "fp8ext.scaled_mm: CUTLASS kernel '", sm90::choice_name(choice), "' failed at ", r.stage,
-               ": ", r.detail, " (M=", M, ", N=", N, ", K=", K, ", lda=", p.lda, ", ldb=", p.ldb, ")");
+  problem.out_dtype = out_dtype;
+  return problem;
+}
+
+void launch_plan(const sm90::KernelChoice& choice, const void* a, const void* b, const float* scale_a,
+                 const float* scale_b, void* out, int64_t M, int64_t N, int64_t K, int device, bool scale_a_per_row) {
+  const DeviceSwitch on(device);
+  launch_gemm(choice, "fp8ext.scaled_mm", a, b, scale_a, scale_b, /*bias=*/nullptr, out,
+              problem_of(M, N, K, scale_a_per_row, ScalarType::BFloat16), device, current_cuda_stream(device));
 }
 
 // The quantize's q in `buffer`, then its scales from the first 16-byte boundary after it.
 int64_t scales_offset(int64_t M, int64_t K) { return (M * K + 15) / 16 * 16; }
 
-void launch_linear(const sm90::KernelChoice& choice, const void* x, ScalarType x_dtype, int64_t M, int64_t K,
-                   void* buffer, const void* weight, const float* weight_scale, const void* bias, void* out, int64_t N,
-                   int device) {
-  const DeviceSwitch on(device);
-  const cudaDeviceProp& props = device_properties(device);
-  const cudaStream_t stream = current_cuda_stream(device);
-  const int64_t sizes[] = {M, K}, strides[] = {K, 1};
-  QuantizeRowwiseParams q = check_quantize_rowwise(IntSpan(sizes), IntSpan(strides), x_dtype,
+// What _direct_linear runs after the quantize: one of fp8ext's kernels, or (kTorchPlan) torch's row-wise path.
+constexpr long long kTorchPlan = -2;
+
+struct LinearCall {
+  const void* x = nullptr;
+  ScalarType x_dtype = ScalarType::BFloat16;
+  int64_t M = 0, K = 0, N = 0;
+  void* buffer = nullptr;
+  const void* weight = nullptr;
+  const float* weight_scale = nullptr;
+  const void* bias = nullptr;
+  void* out = nullptr;
+  bool use_fast_accum = false;
+  int device = 0;
+};
+
+// fp8ext.linear as linear_cuda.cpp runs it: the quantize, then the GEMM. Returns false, having launched nothing,
+// where torch's path cannot be taken here (then the caller runs the op).
+bool launch_linear(long long plan, const LinearCall& c) {
+  const DeviceSwitch on(c.device);
+  const cudaStream_t stream = current_cuda_stream(c.device);
+  const sm90::KernelChoice choice = plan == kTorchPlan ? sm90::KernelChoice{} : plan_at(plan);
+  if (plan == kTorchPlan) {
+    if (!rowwise_lt_available() || stream_is_capturing(stream)) return false;
+  } else {
+    FP8EXT_CHECK(static_cast<bool>(choice), "_direct_linear: no such plan");
+  }
+  const int64_t sizes[] = {c.M, c.K}, strides[] = {c.K, 1};
+  QuantizeRowwiseParams q = check_quantize_rowwise(IntSpan(sizes), IntSpan(strides), c.x_dtype,
                                                    ScalarType::Float8_e4m3fn, std::nullopt, "fp8ext.linear");
-  q.x = x;
-  q.q = buffer;
-  q.scale = reinterpret_cast<float*>(static_cast<char*>(buffer) + scales_offset(M, K));
+  q.x = c.x;
+  q.q = c.buffer;
+  q.scale = reinterpret_cast<float*>(static_cast<char*>(c.buffer) + scales_offset(c.M, c.K));
   const cudaError_t err = launch_quantize_rowwise(q, stream);
   FP8EXT_CHECK(err == cudaSuccess, "fp8ext.linear: CUDA error: ", cudaGetErrorString(err));
+  if (plan == kTorchPlan) {
+    RowwiseLtCall lt;
+    lt.a = q.q;
+    lt.b = c.weight;
+    lt.scale_a = q.scale;
+    lt.scale_b = c.weight_scale;
+    lt.out = c.out;
+    lt.M = c.M;
+    lt.N = c.N;
+    lt.K = c.K;
+    lt.use_fast_accum = c.use_fast_accum;
+    lt.device = c.device;
+    return run_rowwise_lt(lt, stream);
+  }
   // As check_linear_meta sets the GEMM up: scale_a is (M, 1), one value (tensor-wise) when M = 1.
-  ScaledMmProblem problem;
-  problem.M = M;
-  problem.N = N;
-  problem.K = K;
-  problem.scale_a_per_row = M > 1;
-  problem.scale_b_per_col = true;
-  problem.out_dtype = x_dtype;
-  sm90::GemmParams p = gemm_params(Operand{q.q, K}, Operand{weight, K}, q.scale, weight_scale, /*a_is_e5m2=*/false,
-                                   bias, out, problem, device, props.multiProcessorCount, stream);
-  p.sched = choice.sched;
-  p.workspace_bytes = choice.kernel->workspace_size(p);
-  FP8EXT_CHECK(p.workspace_bytes == 0, "fp8ext.linear: kernel '", sm90::choice_name(choice),
-               "' needs a workspace, which a direct launch does not provide");
-  const sm90::LaunchResult r = choice.kernel->launch(p);
-  FP8EXT_CHECK(r.ok, "fp8ext.linear: CUTLASS kernel '", sm90::choice_name(choice), "' failed at ", r.stage, ": ",
-               r.detail, " (M=", M, ", N=", N, ", K=", K, ")");
+  launch_gemm(choice, "fp8ext.linear", q.q, c.weight, q.scale, c.weight_scale, c.bias, c.out,
+              problem_of(c.M, c.N, c.K, c.M > 1, c.x_dtype), c.device, stream);
+  return true;
 }
 
 constexpr Py_ssize_t kLaunchArgs = 11;
-constexpr Py_ssize_t kLinearArgs = 12;
+constexpr Py_ssize_t kLinearArgs = 13;
 constexpr ScalarType kOutDtypes[] = {ScalarType::BFloat16, ScalarType::Half, ScalarType::Float};
 
 PyObject* direct_launch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -183,31 +224,73 @@ PyObject* direct_launch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 PyObject* direct_linear(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != kLinearArgs) {
-    PyErr_SetString(PyExc_TypeError, "_direct_linear takes 12 arguments");
+    PyErr_SetString(PyExc_TypeError, "_direct_linear takes 13 arguments");
     return nullptr;
   }
   const long long plan = PyLong_AsLongLong(args[0]);
-  void* x = PyLong_AsVoidPtr(args[1]);
+  LinearCall c;
+  c.x = PyLong_AsVoidPtr(args[1]);
   const long dtype = PyLong_AsLong(args[2]);
-  const long long M = PyLong_AsLongLong(args[3]), K = PyLong_AsLongLong(args[4]);
-  void* ptrs[5];  // buffer, weight, weight_scale, bias, out
-  for (int i = 0; i < 5; ++i) ptrs[i] = PyLong_AsVoidPtr(args[5 + i]);
-  const long long N = PyLong_AsLongLong(args[10]);
-  const long device = PyLong_AsLong(args[11]);
+  c.M = PyLong_AsLongLong(args[3]);
+  c.K = PyLong_AsLongLong(args[4]);
+  c.buffer = PyLong_AsVoidPtr(args[5]);
+  c.weight = PyLong_AsVoidPtr(args[6]);
+  c.weight_scale = static_cast<const float*>(PyLong_AsVoidPtr(args[7]));
+  c.bias = PyLong_AsVoidPtr(args[8]);
+  c.out = PyLong_AsVoidPtr(args[9]);
+  c.N = PyLong_AsLongLong(args[10]);
+  c.device = static_cast<int>(PyLong_AsLong(args[11]));
+  const int fast = PyObject_IsTrue(args[12]);
   if (PyErr_Occurred() != nullptr) return nullptr;
-  const sm90::KernelChoice choice = plan_at(plan);
-  if (!choice || dtype < 0 || dtype > 2) {
-    PyErr_SetString(PyExc_ValueError, "_direct_linear: no such plan or dtype");
+  if (dtype < 0 || dtype > 2 || (plan == kTorchPlan && (dtype != 0 || c.bias != nullptr))) {
+    PyErr_SetString(PyExc_ValueError, "_direct_linear: no such dtype, or torch's path with a bias or not bf16");
     return nullptr;
   }
+  c.x_dtype = kOutDtypes[dtype];
+  c.use_fast_accum = fast != 0;
+  bool ran = false;
   try {
-    launch_linear(choice, x, kOutDtypes[dtype], M, K, ptrs[0], ptrs[1], static_cast<const float*>(ptrs[2]), ptrs[3],
-                  ptrs[4], N, static_cast<int>(device));
+    ran = launch_linear(plan, c);
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
     return nullptr;
   }
-  Py_RETURN_NONE;
+  return PyBool_FromLong(ran ? 1 : 0);
+}
+
+PyObject* torch_rowwise_ready(PyObject*, PyObject*) { return PyBool_FromLong(rowwise_lt_available() ? 1 : 0); }
+
+constexpr Py_ssize_t kTorchRowwiseArgs = 10;
+
+PyObject* torch_rowwise(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != kTorchRowwiseArgs) {
+    PyErr_SetString(PyExc_TypeError, "_torch_rowwise takes 10 arguments");
+    return nullptr;
+  }
+  void* ptrs[5];
+  for (int i = 0; i < 5; ++i) ptrs[i] = PyLong_AsVoidPtr(args[i]);
+  RowwiseLtCall c;
+  c.M = PyLong_AsLongLong(args[5]);
+  c.N = PyLong_AsLongLong(args[6]);
+  c.K = PyLong_AsLongLong(args[7]);
+  const int fast = PyObject_IsTrue(args[8]);
+  c.device = static_cast<int>(PyLong_AsLong(args[9]));
+  if (PyErr_Occurred() != nullptr) return nullptr;
+  c.a = ptrs[0];
+  c.b = ptrs[1];
+  c.scale_a = static_cast<const float*>(ptrs[2]);
+  c.scale_b = static_cast<const float*>(ptrs[3]);
+  c.out = ptrs[4];
+  c.use_fast_accum = fast != 0;
+  bool ran = false;
+  try {
+    const DeviceSwitch on(c.device);
+    ran = run_rowwise_lt(c, current_cuda_stream(c.device));
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  return PyBool_FromLong(ran ? 1 : 0);
 }
 
 }  // namespace
@@ -218,6 +301,10 @@ PyMethodDef kModuleMethods[] = {
      "Launches a plan on the call's pointers (python/fp8ext/_eager_route.py)."},
     {"_direct_linear", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(direct_linear)), METH_FASTCALL,
      "fp8ext.linear's quantize and GEMM on the call's pointers (python/fp8ext/_eager_route.py)."},
+    {"_torch_rowwise_ready", torch_rowwise_ready, METH_NOARGS,
+     "Whether _torch_rowwise can run: torch's cuBLASLt is the one it mirrors, with torch's default workspace."},
+    {"_torch_rowwise", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(torch_rowwise)), METH_FASTCALL,
+     "torch's row-wise path, called as torch calls cuBLASLt (python/fp8ext/_eager_route.py)."},
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace fp8ext

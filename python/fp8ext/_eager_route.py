@@ -13,8 +13,12 @@ common calls itself, once it knows their route:
 - the route: per (M, N, K, accumulation, device), the C++ dispatch's own answer (`_selected_kernel`), asked once,
   outside and inside CUDA-graph capture; a shape whose answer differs between the two is left to the op, so no call
   has to ask whether it is being captured. Then:
-  - torch's row-wise path (the backstop, M >= 2: one row's one scale is tensor-wise to torch): `torch._scaled_mm`
-    with the arguments the op would pass it;
+  - torch's row-wise path (the backstop, M >= 2: one row's one scale is tensor-wise to torch): the output
+    allocated here and cuBLASLt called as torch._scaled_mm calls it (the same descriptors, workspace size and
+    heuristic, so the same kernel and bits) by `fp8ext._C._torch_rowwise` (csrc/ops/cublaslt_rowwise.cpp), without
+    torch's per-call descriptors and heuristic; where that cannot be taken (a, b or the output not 256-byte
+    aligned, which cuBLASLt's defaults assume; another cuBLASLt than the one mirrored; a stream being captured),
+    `torch._scaled_mm` with the arguments the op would pass it;
   - one of fp8ext's kernels that needs no workspace (every kernel but stream-K): the output allocated here, and
     the kernel launched on the call's pointers by `fp8ext._C._direct_launch` (csrc/ops/direct_launch.cpp), on
     torch's current stream, as the op launches it;
@@ -23,10 +27,10 @@ common calls itself, once it knows their route:
   public functions that change them (`force_kernel`, `autotune`, `set_backends`, `fp8ext.testing.plant_fault`)
   empty the table, and while a kernel is forced, the autotuner is on or a fault is planted the shortcuts are off.
 
-`fp8ext.linear` (and so `Float8Linear`) has the kernel route too (`linear_call`): for a contiguous x and a contiguous
-e4m3 weight whose shape the dispatch gives one of fp8ext's kernels, the quantize and the GEMM are launched by
-`fp8ext._C._direct_linear` as the op launches them; everything else, the calls it hands to torch included, goes to
-the op.
+`fp8ext.linear` (and so `Float8Linear`) has both routes too (`linear_call`): for a contiguous x and a contiguous e4m3
+weight, the quantize and the GEMM are launched by `fp8ext._C._direct_linear` as the op launches them, the GEMM one of
+fp8ext's kernels or, for a shape the dispatch hands to torch (bf16 x, no bias, the weight 256-byte aligned), torch's
+cuBLASLt call as above; everything else goes to the op.
 
 Traced calls (torch.compile, torch.export, make_fx) never take them, nor calls under a dispatch mode (a FLOP
 counter, FakeTensorMode): they see fp8ext's op.
@@ -47,6 +51,13 @@ _TORCH_NAME = "torch._scaled_mm"
 _launch = getattr(_C, "_direct_launch", None)  # a CUDA build's
 _linear_launch = getattr(_C, "_direct_linear", None)
 _plan = getattr(_C, "_direct_plan", None)
+_torch_rowwise = getattr(_C, "_torch_rowwise", None)
+_torch_rowwise_ready = getattr(_C, "_torch_rowwise_ready", lambda: False)
+# Whether torch's cuBLASLt is the one _torch_rowwise mirrors, with torch's default workspace: asked once, when the
+# first call goes to torch (after the user's environment is set, as torch reads it then too).
+_lt_ready = [True]
+_LT_ALIGN = 256  # the alignment of a, b and out that cuBLASLt's heuristic assumes unless told less, as torch leaves it
+_TORCH_PLAN = -2  # _direct_linear's plan for torch's row-wise path
 _OUT_CODES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}  # _direct_linear's x_dtype
 
 # The routes: the op (False), torch (True), or the direct launch's plan of a kernel (an int >= 0).
@@ -106,28 +117,37 @@ def _ask(M: int, N: int, K: int, use_fast_accum: bool, device: int, out_dtype=_B
     return plan if plan >= 0 else OP
 
 
-def _plain_call(a, b, scale_a, scale_b, out_dtype, M: int, K: int, K_b: int, N: int) -> bool:
-    """Whether the call is one of those listed above; a is [M, K] and b [K_b, N]. About 35 reads of tensor
-    metadata, a few microseconds of the host's time."""
+def _plain_call(a, b, scale_a, scale_b, out_dtype, M: int, K: int, K_b: int, N: int):
+    """The four data pointers when the call is one of those listed above (a is [M, K] and b [K_b, N]), else None.
+    About 30 reads of tensor metadata, two microseconds of the host's time."""
     if (type(a) not in _PLAIN or type(b) not in _PLAIN or type(scale_a) not in _PLAIN or type(scale_b) not in _PLAIN
             or a.dtype is not _E4M3 or b.dtype is not _E4M3 or scale_a.dtype is not _F32 or scale_b.dtype is not _F32
             or (out_dtype is not None and out_dtype is not _BF16)):
-        return False
+        return None
     if (K_b != K or M < 1 or K == 0 or K % 16 or N % 16 or N == 0 or M > _MAX_DIM or N > _MAX_DIM or K > _MAX_DIM
             or a.stride() != (K, 1) or b.stride() != (1, K)):
-        return False
+        return None
     device = a.get_device()
     if device < 0 or b.get_device() != device or scale_a.get_device() != device or scale_b.get_device() != device:
-        return False
-    if scale_a.shape not in ((M, 1), (M,)) or scale_a.stride(0) != 1:
-        return False
-    if not ((scale_b.shape == (1, N) and scale_b.stride(1) == 1) or (scale_b.shape == (N,) and scale_b.stride(0) == 1)):
-        return False
-    if (a.data_ptr() | b.data_ptr() | scale_a.data_ptr() | scale_b.data_ptr()) % 16:
-        return False
+        return None
+    # (M, 1) or (M,), and (1, N) or (N,): contiguous is a stride of 1 along the M or N values
+    sa_shape, sb_shape = scale_a.shape, scale_b.shape
+    if ((sa_shape != (M, 1) and sa_shape != (M,)) or (sb_shape != (1, N) and sb_shape != (N,))
+            or not scale_a.is_contiguous() or not scale_b.is_contiguous()):
+        return None
+    pointers = a.data_ptr(), b.data_ptr(), scale_a.data_ptr(), scale_b.data_ptr()
+    if (pointers[0] | pointers[1] | pointers[2] | pointers[3]) % 16:
+        return None
     # An input that requires grad while grad mode is on meets the op's refusal, with its message.
-    return not (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or scale_a.requires_grad
-                                             or scale_b.requires_grad))
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or scale_a.requires_grad
+                                    or scale_b.requires_grad):
+        return None
+    return pointers
+
+
+def _output(a: torch.Tensor, M: int, N: int) -> torch.Tensor:
+    """A new [M, N] bf16 output on a's device (empty_strided: the quickest of torch's allocating calls)."""
+    return torch.empty_strided((M, N), (N, 1), dtype=_BF16, device=a.device)
 
 
 def call(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, out_dtype,
@@ -146,19 +166,26 @@ def call(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch
         (M, K), (K_b, N) = a_shape, b_shape
     except (AttributeError, TypeError, ValueError):  # not 2-D tensors: the op's checks say what is wrong
         return None
-    if not _plain_call(a, b, scale_a, scale_b, out_dtype, M, K, K_b, N):
+    pointers = _plain_call(a, b, scale_a, scale_b, out_dtype, M, K, K_b, N)
+    if pointers is None:
         return None
     if route is None:
         route = _remember(_routes, key, _ask(M, N, K, use_fast_accum, key[3]))
         if route is OP:
             return None
+        if route is TORCH and _torch_rowwise is not None and _lt_ready[0]:
+            _lt_ready[0] = _torch_rowwise_ready()
     if route is TORCH:
+        if _torch_rowwise is not None and _lt_ready[0] and not (pointers[0] | pointers[1]) % _LT_ALIGN:
+            out = _output(a, M, N)
+            out_ptr = out.data_ptr()
+            if not out_ptr % _LT_ALIGN and _torch_rowwise(*pointers, out_ptr, M, N, K, use_fast_accum, key[3]):
+                return out
         return torch._scaled_mm(a, b, scale_a if len(scale_a.shape) == 2 else scale_a.view(M, 1),
                                 scale_b if len(scale_b.shape) == 2 else scale_b.view(1, N), None, None, _BF16,
                                 use_fast_accum)
-    out = a.new_empty((M, N), dtype=_BF16)
-    _launch(route, a.data_ptr(), b.data_ptr(), scale_a.data_ptr(), scale_b.data_ptr(), out.data_ptr(), M, N, K,
-            key[3], M > 1)
+    out = _output(a, M, N)
+    _launch(route, *pointers, out.data_ptr(), M, N, K, key[3], M > 1)
     return out
 
 
@@ -207,12 +234,18 @@ def linear_call(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tenso
     M = x.numel() // K
     if route is None:
         route = _ask(M, N, K, use_fast_accum, key[5], x.dtype, bias is not None)
-        # the op quantizes, then hands the GEMM to torch
-        route = _remember(_linear_routes, key, OP if route is TORCH else route)
+        if route is TORCH:  # the op quantizes, then hands the GEMM to torch: here as torch calls cuBLASLt
+            route = (_TORCH_PLAN if _torch_rowwise is not None and code == 0 and bias is None
+                     and _torch_rowwise_ready() else OP)
+        route = _remember(_linear_routes, key, route)
         if route is OP:
             return None
+    if route == _TORCH_PLAN and weight.data_ptr() % _LT_ALIGN:
+        return None
     buffer = x.new_empty(((M * K + 15) // 16 * 16 + 4 * M,), dtype=torch.uint8)
     out = x.new_empty((*x_shape[:-1], N))
-    _linear_launch(route, x.data_ptr(), code, M, K, buffer.data_ptr(), weight.data_ptr(), weight_scale.data_ptr(),
-                   0 if bias is None else bias.data_ptr(), out.data_ptr(), N, key[5])
+    if not _linear_launch(route, x.data_ptr(), code, M, K, buffer.data_ptr(), weight.data_ptr(),
+                          weight_scale.data_ptr(), 0 if bias is None else bias.data_ptr(), out.data_ptr(), N, key[5],
+                          use_fast_accum):
+        return None  # torch's path under capture: the op's
     return out
