@@ -23,7 +23,6 @@
 #include "sm90/common/cutlass_common.cuh"
 #include "sm90/common/gemm_params.h"
 #include "sm90/common/kernel_config.h"
-#include "sm90/common/launch_cache.cuh"
 #include "sm90/rowwise/kernel_registry.h"
 #include "sm90/rowwise/overlap_promotion_mainloop.cuh"
 #include "sm90/rowwise/rowwise_epilogue.cuh"
@@ -135,12 +134,7 @@ size_t workspace_size(const GemmParams& p) {
 
 template <class Config>
 LaunchResult launch(const GemmParams& p) {
-  using G = RowwiseGemm<Config>;
-  if constexpr (G::kStreamK) {
-    return gemm_launch<G>(p);  // its parameters hold the call's workspace
-  } else {
-    return run_gemm_kept<typename G::Gemm>([&] { return G::arguments(p); }, launch_key(p), p.stream);
-  }
+  return gemm_launch<RowwiseGemm<Config>>(p);
 }
 
 }  // namespace fp8ext::sm90
