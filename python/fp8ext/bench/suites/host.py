@@ -37,9 +37,13 @@ def per_call_us(fns: dict, calls: int, rounds: int = 5) -> dict:
     calls, the functions taking turns (the order rotated by one every round) so that a host clock that drifts
     lands on all of them alike."""
     names = list(fns)
+    # One untimed turn of every function first: the first thousands of calls in a fresh process ran up to 6 us
+    # slower than the rest (whichever function came first), more than 200 warm-up calls each took away.
     for fn in fns.values():
-        for _ in range(200):
+        for i in range(calls):
             fn()
+            if i % SYNC_EVERY == SYNC_EVERY - 1:
+                torch.cuda.synchronize()
     torch.cuda.synchronize()
     samples = {name: [] for name in names}
     clock = time.perf_counter_ns
