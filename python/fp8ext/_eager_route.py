@@ -242,8 +242,10 @@ def linear_call(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tenso
             return None
     if route == _TORCH_PLAN and weight.data_ptr() % _LT_ALIGN:
         return None
-    buffer = x.new_empty(((M * K + 15) // 16 * 16 + 4 * M,), dtype=torch.uint8)
-    out = x.new_empty((*x_shape[:-1], N))
+    device = x.device
+    buffer = torch.empty_strided(((M * K + 15) // 16 * 16 + 4 * M,), (1,), dtype=torch.uint8, device=device)
+    out = torch.empty_strided((*x_shape[:-1], N), (N, 1) if len(x_shape) == 2 else (x_shape[1] * N, N, 1),
+                              dtype=x.dtype, device=device)
     if not _linear_launch(route, x.data_ptr(), code, M, K, buffer.data_ptr(), weight.data_ptr(),
                           weight_scale.data_ptr(), 0 if bias is None else bias.data_ptr(), out.data_ptr(), N, key[5],
                           use_fast_accum):
