@@ -1,5 +1,6 @@
-"""tools/fit_grouped_dispatch.py without a GPU: on rows whose best kernel changes at a known number of rows per group,
-the fitted limit falls between the rows either side of it; the written include holds each family's limit."""
+"""tools/fit_grouped_dispatch.py without a GPU: on rows whose best kernel changes at a known number of rows per group
+(or, routed to one expert, rows in that group), the fitted limit falls between the rows either side of it; the
+written include holds each family's limits."""
 import json
 import random
 import sys
@@ -45,15 +46,48 @@ def test_the_fit_finds_each_familys_crossover(tmp_path, capsys):
         assert fit.score(rows, got) == (1.0, 1.0)
 
 
-def test_the_include_holds_every_familys_limit(tmp_path, monkeypatch):
+def one_expert_record(crossover: dict, seed: int = 1) -> dict:
+    """Rows whose every row went to one expert: the swapped kernel faster up to `crossover[family]` rows in that
+    group; the split kernels' own times, which the fit must ignore, made the fastest of all."""
+    rng = random.Random(seed)
+    rows = []
+    for model in ("a", "b"):
+        for (scaling, accum), (swap, coop) in KERNELS.items():
+            limit = crossover[scaling if scaling == "blockwise" else f"{scaling}_{accum}"]
+            for group in (8, 32, 64, 100, 256, 512, 2048):
+                fast = rng.uniform(5, 500)
+                slow = fast * rng.uniform(1.05, 1.4)
+                times = {swap: fast, coop: slow} if group <= limit else {swap: slow, coop: fast}
+                times["grp_split_x"] = fast / 2
+                rows.append({"model": model, "scaling": scaling, "accum": accum, "rows": group, "routing": "one",
+                             "rows_per_group": group / 64, "largest_group": group, "kernels_us": times})
+    return {"rows": rows}
+
+
+def test_the_split_limit_falls_at_each_familys_one_expert_crossover():
+    crossover = {"rowwise_fast": 70, "rowwise_precise": 300, "blockwise": 40}
+    for family, limit in crossover.items():
+        rows = fit.family_rows([one_expert_record(crossover)], family)
+        assert rows and all("grp_split_x" not in r["times"] for r in rows)
+        got = fit.fit(rows, key="largest_group")
+        below = max(r["largest_group"] for r in rows if r["largest_group"] <= limit)
+        above = min(r["largest_group"] for r in rows if r["largest_group"] > limit)
+        assert below <= got < above, f"{family}: {got} not in [{below}, {above})"
+        assert fit.score(rows, got, key="largest_group") == (1.0, 1.0)
+
+
+def test_the_include_holds_every_familys_limits(tmp_path, monkeypatch):
     monkeypatch.setattr(fit, "INC", tmp_path / "grouped_dispatch.inc")
-    fit.write({"rowwise_fast": 46.5, "rowwise_precise": 61.5, "blockwise": 26.5})
+    fit.write({"rowwise_fast": 46.5, "rowwise_precise": 61.5, "blockwise": 26.5},
+              {"rowwise_fast": 160.0, "rowwise_precise": 82.5, "blockwise": 384.0})
     text = fit.INC.read_text()
     for line in ("kSwapMaxRowsPerGroup_rowwise_fast = 46.5;", "kSwapMaxRowsPerGroup_rowwise_precise = 61.5;",
-                 "kSwapMaxRowsPerGroup_blockwise = 26.5;"):
+                 "kSwapMaxRowsPerGroup_blockwise = 26.5;", "kSplitMaxGroupRows_rowwise_fast = 160;",
+                 "kSplitMaxGroupRows_rowwise_precise = 82;", "kSplitMaxGroupRows_blockwise = 384;"):
         assert line in text
 
 
 def test_the_compiled_in_include_names_every_family():
     text = (ROOT / "csrc" / "sm90" / "grouped" / "grouped_dispatch.inc").read_text()
-    assert all(f"kSwapMaxRowsPerGroup_{family} =" in text for family in fit.FAMILIES)
+    assert all(f"kSwapMaxRowsPerGroup_{family} =" in text and f"kSplitMaxGroupRows_{family} =" in text
+               for family in fit.FAMILIES)

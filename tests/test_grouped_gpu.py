@@ -2,6 +2,9 @@
 and block-wise scales) against float64 group by group, and bit exact on small integers; empty, 1-row and unaligned
 groups, rows past the last offset, empty K slices; no host synchronisation, CUDA graphs replayed with new offsets,
 opcheck and torch.compile; torch._scaled_grouped_mm on the same tensors; each error with its CPU message."""
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -14,7 +17,19 @@ DEV = "cuda"
 pytestmark = pytest.mark.gpu
 
 # Groups of a few rows (the swapped 64 x 32 kernel) and of a hundred and more (the 128 x 128 cooperative one), each
-# with empty, 1-row and unaligned groups.
+# with empty, 1-row and unaligned groups; and one large group among many small ones (the split kernels).
+INC = Path(__file__).resolve().parent.parent / "csrc" / "sm90" / "grouped" / "grouped_dispatch.inc"
+LIMITS = dict(re.findall(r"kSplitMaxGroupRows_(\w+) = (\d+);", INC.read_text()))
+assert len(set(LIMITS.values())) == 1, LIMITS  # one limit for every family, as the cases below assume
+SPLIT_ROWS = int(next(iter(LIMITS.values())))  # larger groups run on a split kernel's large tile
+# 30 groups of 17.7 rows or fewer on average, 27 of them of 0-5 rows: with the groups of SPLIT_ROWS + 10 and
+# SPLIT_ROWS rows, the 10-row one too large for the small tile but not half the rows (small tile); with a group of
+# 4 * SPLIT_ROWS instead, that one on the large tile. And a group of SPLIT_ROWS + 1 among no other rows.
+FEW = [0, 3, 1, 0, 2, 1, 5, 0, 1, 2, 0, 1, 0, 4, 1, 0, 2, 1, 0, 1, 0, 2, 1, 3, 0, 1, 2]
+SKEWED = {"a large group among others": FEW[:12] + [SPLIT_ROWS + 10] + FEW[12:] + [SPLIT_ROWS, 7],
+          "a dominant group": FEW[:20] + [4 * SPLIT_ROWS] + FEW[20:] + [SPLIT_ROWS, 9],
+          "one group": [0] * 29 + [SPLIT_ROWS + 1]}
+assert all(sum(s) / len(s) <= 17.7 and sum(s) > SPLIT_ROWS for s in SKEWED.values())
 GPU_CASES = {
     "2d3d decode-sized groups": lambda: moe_call([5, 0, 1, 37, 16, 3, 0, 9], 256, 512, bias=True),
     "2d3d large groups": lambda: moe_call([300, 0, 1, 129, 77, 255], 512, 256, extra_rows=7),
@@ -27,6 +42,10 @@ GPU_CASES = {
                                                              bias=True),
     "2d3d block-wise, large groups": lambda: moe_call([300, 0, 1, 129, 77], 272, 640, blockwise=True, extra_rows=3),
     "3d3d block-wise": lambda: batched_call(3, 65, 256, 384, blockwise=True),
+    # Few rows per group on average but more than 160 in all: the split kernels, one group past 160 rows.
+    "2d3d skewed groups": lambda: moe_call(SKEWED["a dominant group"], 256, 512, bias=True, extra_rows=5),
+    "2d3d block-wise, skewed groups": lambda: moe_call(SKEWED["a large group among others"], 384, 640,
+                                                       blockwise=True),
 }
 
 
@@ -35,9 +54,74 @@ def kernel_names():
 
 
 def test_the_build_has_every_grouped_kernel():
-    assert kernel_names() == {f"grp_{k}_{a}_bf16" for k in ("swap_pp_64x32x128_c1x1", "coop_128x128x128_c1x1")
-                              for a in ("fast", "precise")} | {"grp_bw_swap_coop_128x32x128_c1x1_bf16",
-                                                               "grp_bw_coop_128x128x128_c1x1_bf16"}
+    assert kernel_names() == {f"grp_{k}_{a}_bf16" for k in ("swap_pp_64x32x128_c1x1", "coop_128x128x128_c1x1",
+                                                            "split") for a in ("fast", "precise")} | {
+        "grp_bw_swap_coop_128x32x128_c1x1_bf16", "grp_bw_coop_128x128x128_c1x1_bf16", "grp_bw_split_bf16"}
+
+
+SPLITS = {"fast": ("grp_split_fast_bf16", "grp_swap_pp_64x32x128_c1x1_fast_bf16", "grp_coop_128x128x128_c1x1_fast_bf16"),
+          "precise": ("grp_split_precise_bf16", "grp_swap_pp_64x32x128_c1x1_precise_bf16",
+                      "grp_coop_128x128x128_c1x1_precise_bf16"),
+          "blockwise": ("grp_bw_split_bf16", "grp_bw_swap_coop_128x32x128_c1x1_bf16",
+                        "grp_bw_coop_128x128x128_c1x1_bf16")}
+
+
+def named(args, kw, fast, kernel):
+    return torch.ops.fp8ext._scaled_grouped_mm_with_kernel(*args, kw["offs"], kw.get("bias"), None, fast, kernel)
+
+
+def on_large_tile(rows, total):
+    """Where a split call runs a group: the large tile for more than SPLIT_ROWS rows and more than half of all."""
+    return rows > SPLIT_ROWS and 2 * rows > total
+
+
+def by_tile(args, kw, family, out):
+    """Each group of `out` beside the same group from the kernel a split call should run it on, and its rows."""
+    small, large = (named(args, kw, family == "fast", k) for k in SPLITS[family][1:])
+    total = int(kw["offs"][-1])
+    for part, (a, *_) in groups(args, kw):
+        yield part(out), part(large if on_large_tile(a.size(0), total) else small), a.size(0)
+
+
+@pytest.mark.parametrize("family", list(SPLITS))
+@pytest.mark.parametrize("sizes", list(SKEWED))
+def test_a_split_kernel_runs_each_group_on_its_tile_bit_for_bit(family, sizes):
+    """Each group gets the bits of the tile on_large_tile() names, and the rows past the last offset are zeros; the
+    dispatch picks the split for these calls (few rows per group on average)."""
+    args, kw = on(DEV, moe_call(SKEWED[sizes], 256, 512, blockwise=family == "blockwise", bias=True, extra_rows=5))
+    split = named(args, kw, family == "fast", SPLITS[family][0])
+    large = 0
+    for got, want, rows in by_tile(args, kw, family, split):
+        assert torch.equal(got, want), f"{family}: a group of {rows} rows"
+        large += on_large_tile(rows, sum(SKEWED[sizes]))
+    assert large == (sizes != "a large group among others")
+    assert torch.equal(split[-5:], torch.zeros_like(split[-5:]))
+    assert torch.equal(fp8ext.scaled_grouped_mm(*args, **kw, use_fast_accum=family == "fast"), split)
+
+
+def captured_call(sizes):
+    """A 2d x 3d call with groups of `sizes` rows, run once and then captured: (args, kwargs, graph, its output)."""
+    args, kw = on(DEV, moe_call(sizes, 256, 256))
+    fp8ext.scaled_grouped_mm(*args, **kw)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = fp8ext.scaled_grouped_mm(*args, **kw)
+    return args, kw, graph, captured
+
+
+def test_a_captured_split_call_moves_groups_between_tiles_at_replay():
+    """Which tile a group runs on is decided on the device: one capture serves offsets with and without a large
+    group."""
+    sizes = [15] * 12  # 180 rows, 15 per group: the dispatch picks the split
+    args, kw, graph, captured = captured_call(sizes)
+    offs = kw["offs"]
+    for new in (sizes, [0] * 5 + [180] + [0] * 6, [SPLIT_ROWS + 1, 179 - SPLIT_ROWS] + [0] * 10, [1] * 11 + [169],
+                [0] * 10 + [90, 90]):
+        offs.copy_(ends(new).to(DEV))
+        graph.replay()
+        for got, want, rows in by_tile(args, kw, "precise", captured):
+            assert torch.equal(got, want), (new, rows)
 
 
 @pytest.mark.parametrize("case", list(GPU_CASES))
@@ -92,13 +176,8 @@ def test_a_call_never_waits_for_the_gpu():
 
 def test_a_cuda_graph_replays_with_new_offsets():
     """The group sizes are read on the device: a captured call recomputes for whatever offs holds at replay."""
-    args, kw = on(DEV, moe_call([10, 20, 30, 40], 256, 256))
+    args, kw, graph, captured = captured_call([10, 20, 30, 40])
     offs = kw["offs"]
-    fp8ext.scaled_grouped_mm(*args, **kw)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = fp8ext.scaled_grouped_mm(*args, **kw)
     for sizes in ([10, 20, 30, 40], [0, 100, 0, 0], [1, 2, 3, 4], [25, 25, 25, 25]):
         offs.copy_(ends(sizes).to(DEV))
         graph.replay()

@@ -4,7 +4,7 @@ run the swapped 32-token tile, larger ones the 128 x 128 cooperative tile) on gr
 models, and optionally write T to csrc/sm90/grouped/grouped_dispatch.inc.
 
     python -m fp8ext.bench --suite grouped --models <tuning models> --all-kernels --json tune.json   # on the H200
-    python tools/fit_grouped_dispatch.py tune.json [more.json ...] [--write]
+    python tools/fit_grouped_dispatch.py tune.json [more.json ...] [--one-expert more.json ...] [--write]
     python tools/fit_grouped_dispatch.py tune.json ... --judge judged.json
 
 Each row of a record run with --all-kernels holds every grouped kernel's time for its scales and accumulation
@@ -13,6 +13,12 @@ per group that minimises the geomean of the picked kernel's time over the fastes
 candidates are the midpoints between the rows' distinct means. It is scored in sample and leaving out one model
 at a time (fitted on the others, scored on the one left out). --judge scores the compiled-in rule (what the
 record's `fp8ext_us` ran) on other records' rows against torch there: those rows are never fitted on.
+
+A call of at most T rows per group on average but more rows in all than S runs the family's split kernel: its
+groups of more than S rows on the large tile, the others on the swapped one (the host cannot see how the rows fall).
+S is fitted the same way on the rows whose routing sent every row to one expert (`one`), where one group's time is
+the whole call's: the threshold on that group's rows; --one-expert adds records (of tuning models) whose one-expert
+rows count for S only. The split kernels' own times are fitted on by neither.
 """
 from __future__ import annotations
 
@@ -31,46 +37,50 @@ def swapped(kernel: str) -> bool:
     return "_swap_" in kernel
 
 
+def split(kernel: str) -> bool:
+    return "_split_" in kernel
+
+
 def family_rows(records: list[dict], family: str) -> list[dict]:
     scaling, accum = FAMILIES[family]
     out = []
     for rec in records:
         for r in rec["rows"]:
-            times = {k: t for k, t in (r.get("kernels_us") or {}).items() if isinstance(t, float)}
+            times = {k: t for k, t in (r.get("kernels_us") or {}).items() if isinstance(t, float) and not split(k)}
             if r["scaling"] == scaling and r["accum"] == accum and len(times) >= 2 and r["rows"] > 0:
                 out.append({**r, "times": times})
     return out
 
 
-def pick(row: dict, threshold: float) -> float:
-    """The time of the kernel the rule picks on this row."""
-    want_swap = row["rows_per_group"] <= threshold
+def pick(row: dict, threshold: float, key: str = "rows_per_group") -> float:
+    """The time of the kernel the rule picks on this row: swapped where row[key] <= threshold."""
+    want_swap = row[key] <= threshold
     return min(t for k, t in row["times"].items() if swapped(k) == want_swap)
 
 
-def score(rows: list[dict], threshold: float) -> tuple[float, float]:
+def score(rows: list[dict], threshold: float, key: str = "rows_per_group") -> tuple[float, float]:
     """(geomean, worst) over the rows of the pick's time / the fastest kernel's."""
-    ratios = [pick(r, threshold) / min(r["times"].values()) for r in rows]
+    ratios = [pick(r, threshold, key) / min(r["times"].values()) for r in rows]
     return math.exp(sum(map(math.log, ratios)) / len(ratios)), max(ratios)
 
 
-def fit(rows: list[dict]) -> float:
-    means = sorted({r["rows_per_group"] for r in rows})
-    candidates = [0.0] + [(x + y) / 2 for x, y in zip(means, means[1:])] + [means[-1] + 1.0]
-    return min(candidates, key=lambda t: (score(rows, t)[0], t))
+def fit(rows: list[dict], key: str = "rows_per_group") -> float:
+    values = sorted({r[key] for r in rows})
+    candidates = [0.0] + [(x + y) / 2 for x, y in zip(values, values[1:])] + [values[-1] + 1.0]
+    return min(candidates, key=lambda t: (score(rows, t, key)[0], t))
 
 
-def report(family: str, rows: list[dict]) -> float:
-    t = fit(rows)
-    g, worst = score(rows, t)
-    print(f"{family}: {len(rows)} rows, T = {t:g} rows per group: picked/fastest geomean {g:.4f}, worst {worst:.3f}")
+def report(family: str, rows: list[dict], key: str = "rows_per_group", what: str = "T") -> float:
+    t = fit(rows, key)
+    g, worst = score(rows, t, key)
+    print(f"{family}: {len(rows)} rows, {what} = {t:g} ({key}): picked/fastest geomean {g:.4f}, worst {worst:.3f}")
     for model in sorted({r["model"] for r in rows}):
         rest = [r for r in rows if r["model"] != model]
         out = [r for r in rows if r["model"] == model]
         if rest:
-            t_out = fit(rest)
-            g_out, w_out = score(out, t_out)
-            print(f"  leaving out {model}: T = {t_out:g}, on it {g_out:.4f} (worst {w_out:.3f})")
+            t_out = fit(rest, key)
+            g_out, w_out = score(out, t_out, key)
+            print(f"  leaving out {model}: {what} = {t_out:g}, on it {g_out:.4f} (worst {w_out:.3f})")
     return t
 
 
@@ -86,11 +96,15 @@ def judge(records: list[dict]) -> None:
                     print(f"judged, {family} vs {name}: {len(rows)} rows, geomean {g:.3f}, worst {min(ratios):.3f}")
 
 
-def write(thresholds: dict[str, float]) -> None:
+def write(thresholds: dict[str, float], splits: dict[str, float]) -> None:
     lines = ["// Generated by tools/fit_grouped_dispatch.py from grouped bench records of the tuning models: a call",
-             "// whose groups average at most this many rows runs the swapped 32-token tile. Do not edit by hand."]
+             "// whose groups average at most kSwapMaxRowsPerGroup rows runs the swapped 32-token tile, and its split",
+             "// kernel if it has more rows in all than kSplitMaxGroupRows: groups of more rows than that on the large",
+             "// tile. Do not edit by hand."]
     for family, t in thresholds.items():
         lines.append(f"constexpr double kSwapMaxRowsPerGroup_{family} = {t:g};")
+    for family, s in splits.items():
+        lines.append(f"constexpr int64_t kSplitMaxGroupRows_{family} = {math.floor(s)};")
     INC.write_text("\n".join(lines) + "\n")
     print(f"wrote {INC}")
 
@@ -99,19 +113,24 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("records", nargs="+", help="grouped bench records run with --all-kernels on the tuning models")
     p.add_argument("--write", action="store_true", help=f"write the thresholds to {INC.name}")
+    p.add_argument("--one-expert", nargs="*", default=[],
+                   help="more records of tuning models whose one-expert rows fit the split limit S only")
     p.add_argument("--judge", nargs="*", default=[], help="records of other models, scored, never fitted on")
     args = p.parse_args()
     records = [json.loads(Path(f).read_text()) for f in args.records]
-    thresholds = {}
+    more = [json.loads(Path(f).read_text()) for f in args.one_expert]
+    thresholds, splits = {}, {}
     for family in FAMILIES:
         rows = family_rows(records, family)
-        if not rows:
-            print(f"{family}: no rows with every kernel timed")
+        one = [r for r in rows + family_rows(more, family) if r["routing"] == "one"]
+        if not rows or not one:
+            print(f"{family}: no rows with every kernel timed" + ("" if rows else ", none routed to one expert"))
             return 1
         thresholds[family] = report(family, rows)
+        splits[family] = report(family + " (one expert)", one, key="largest_group", what="S")
     judge([json.loads(Path(f).read_text()) for f in args.judge])
     if args.write:
-        write(thresholds)
+        write(thresholds, splits)
     return 0
 
 

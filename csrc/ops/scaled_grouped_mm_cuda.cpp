@@ -20,7 +20,7 @@
 #include "ops/torch_calls.h"
 #include "sm90/grouped/grouped_params.h"
 
-#include "sm90/grouped/grouped_dispatch.inc"  // kSwapMaxRowsPerGroup_*
+#include "sm90/grouped/grouped_dispatch.inc"  // kSwapMaxRowsPerGroup_*, kSplitMaxGroupRows_*
 
 namespace fp8ext {
 namespace {
@@ -35,11 +35,20 @@ sm90::GroupedForm to_form(GroupedLayout l) {
   }
 }
 
+// The largest group a split kernel runs on its small tile (grouped_dispatch.inc), for the call's family.
+int64_t split_rows(const GroupedMmProblem& p, bool use_fast_accum) {
+  return p.blockwise ? kSplitMaxGroupRows_blockwise
+                     : use_fast_accum ? kSplitMaxGroupRows_rowwise_fast : kSplitMaxGroupRows_rowwise_precise;
+}
+
 // The kernel for a call, from what the host knows: groups that average at most a fitted number of rows (MoE
 // decode: a few tokens per expert; a masked call's expected_m, else its M) on swapped tiles 32 tokens wide, where a
-// group's tokens fill the MMA's narrow N side; larger groups on the 128 x 128 cooperative tile. The limits, one per
-// family, come from tools/fit_grouped_dispatch.py (grouped_dispatch.inc). Block-wise scales are promoted and
-// scaled once per K group whatever use_fast_accum says, as in scaled_mm.
+// group's tokens fill the MMA's narrow N side; larger groups on the 128 x 128 cooperative tile. A 2d x 3d call of
+// few rows per group but more rows in all than split_rows() may still hold a large group (routing skewed to one
+// expert), which the swapped tile runs at a fraction of the large tile's speed: it gets the family's split kernel,
+// which sends each group to one of the two tiles by its rows, on the device. The limits, per family, come from
+// tools/fit_grouped_dispatch.py (grouped_dispatch.inc). Block-wise scales are promoted and scaled once per K group
+// whatever use_fast_accum says, as in scaled_mm.
 const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool use_fast_accum,
                                                std::optional<int64_t> expected_m) {
   const double rows_per_group = p.layout == GroupedLayout::k2d3d
@@ -49,10 +58,12 @@ const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool u
                        : use_fast_accum   ? kSwapMaxRowsPerGroup_rowwise_fast
                                           : kSwapMaxRowsPerGroup_rowwise_precise;
   const bool few = rows_per_group <= limit;
+  const bool split = few && p.layout == GroupedLayout::k2d3d && p.M > split_rows(p, use_fast_accum);
+  const char* accum = use_fast_accum ? "fast" : "precise";
   const std::string name =
-      p.blockwise ? str(few ? "grp_bw_swap_coop_128x32x128_c1x1" : "grp_bw_coop_128x128x128_c1x1", "_bf16")
-                  : str(few ? "grp_swap_pp_64x32x128_c1x1_" : "grp_coop_128x128x128_c1x1_",
-                        use_fast_accum ? "fast" : "precise", "_bf16");
+      split ? (p.blockwise ? std::string("grp_bw_split_bf16") : str("grp_split_", accum, "_bf16"))
+      : p.blockwise ? str(few ? "grp_bw_swap_coop_128x32x128_c1x1" : "grp_bw_coop_128x128x128_c1x1", "_bf16")
+                    : str(few ? "grp_swap_pp_64x32x128_c1x1_" : "grp_coop_128x128x128_c1x1_", accum, "_bf16");
   const sm90::GroupedKernelEntry* kernel = sm90::GroupedRegistry::find(name);
   FP8EXT_CHECK(kernel != nullptr, "fp8ext.scaled_grouped_mm: this build has no grouped kernel '", name,
                "' (built with FP8EXT_KERNELS naming a subset)");
@@ -140,6 +151,7 @@ Tensor run_grouped(const Tensor& a, const Tensor& b, const Tensor& scale_a, cons
   sm90::GroupedParams p =
       grouped_params(a, b, scale_a, scale_b, offs, bias, problem, out, props.multiProcessorCount, stream);
   p.counts = masked_m.has_value() ? static_cast<const int32_t*>(masked_m->const_data_ptr()) : nullptr;
+  p.split_rows = split_rows(problem, use_fast_accum);  // read by split kernels only
   const sm90::LaunchResult r = launch(kernel, p, a);  // the tables and CUTLASS's workspace from the caching allocator
   FP8EXT_CHECK(r.ok, op, ": CUTLASS kernel '", kernel.name, "' failed at ", r.stage, ": ", r.detail,
                " (G=", problem.groups, ", M=", problem.M, ", N=", problem.N, ", K=", problem.K, ")");

@@ -28,6 +28,8 @@ fp8ext.testing.blockwise_kernel_out_dtype reads it.
     row-wise:      [swap_]<schedule>_<tm>x<tn>x<tk>_c<cm>x<cn>[_pi<n>][_ov]_<accum>_<out>[_a<in>]
     block-scaled:  bw_[swap_]<schedule>_<tm>x<tn>x<tk>_c<cm>x<cn>[_ov]_<out>
     grouped:       grp_ + a row-wise or block-scaled name (a pointer-array kernel over every group's tiles)
+    grouped split: grp_split_<accum>_<out>, grp_bw_split_<out> (a family's swapped small-tile kernel and its
+                   large-tile kernel in one call: each group on one of them by its rows; "split_with" in the manifest)
 
     part              meaning
     bw                block-scaled: scale_a per 1 x 128 group of a row, scale_b per 128 x 128 block; e4m3 operands,
@@ -236,6 +238,19 @@ GROUPED_ROWS = [GroupedRow(*shape, accum, "bf16", swap_ab=swap) for accum in ("f
     for tile, swap in (((128, 32, 128), True), ((128, 128, 128), False))]
 
 
+# Split kernels (grouped/grouped_gemm.cuh, grouped_split_launch): each small-tile grouped kernel above with the
+# large-tile kernel of its family, one prologue writing both kernels' tables (each group to one of them by its rows on
+# the device), registered beside the small-tile kernel in its translation unit. For calls whose groups are small on
+# average but may hold one large group.
+def _split_name(small: GroupedRow) -> str:
+    return "grp_bw_split_bf16" if small.blockwise else f"grp_split_{small.accum}_{small.out}"
+
+
+GROUPED_SPLITS = {small: large for small in GROUPED_ROWS if small.swap_ab for large in GROUPED_ROWS
+                  if not large.swap_ab and (large.blockwise, large.accum, large.out) ==
+                  (small.blockwise, small.accum, small.out)}
+
+
 @dataclass(frozen=True)
 class BlockwiseRow:
     schedule: str  # pp | coop | sk
@@ -380,8 +395,11 @@ def manifest() -> str:
     kernels = sorted((traits(k) for k in [*ROWS, *DECODE_KERNELS]), key=lambda t: t["name"])
     blockwise = sorted((blockwise_traits(k) for k in [*BLOCKWISE_ROWS, *BLOCKWISE_DECODE_KERNELS]),
                        key=lambda t: t["name"])
-    grouped = sorted(({**traits(k), "name": k.name, "twin": None, "scaling": "blockwise" if k.blockwise else "rowwise"}
-                      for k in GROUPED_ROWS), key=lambda t: t["name"])
+    grouped = sorted([*({**traits(k), "name": k.name, "twin": None, "split_with": None,
+                         "scaling": "blockwise" if k.blockwise else "rowwise"} for k in GROUPED_ROWS),
+                      *({**traits(k), "name": _split_name(k), "twin": None, "split_with": large.name,
+                         "scaling": "blockwise" if k.blockwise else "rowwise"} for k, large in GROUPED_SPLITS.items())],
+                     key=lambda t: t["name"])
     lines = ",\n  ".join(json.dumps(k) for k in kernels)
     blockwise_lines = ",\n  ".join(json.dumps(k) for k in blockwise)
     grouped_lines = ",\n  ".join(json.dumps(k) for k in grouped)
@@ -432,10 +450,27 @@ def _render(rows, template: str) -> dict[str, str]:
     return {f"{r.name}.cu": template.format(name=r.name, config=r.config()) for r in rows}
 
 
+GROUPED_SPLIT_TEMPLATE = """
+namespace {{
+using LargeConfig = {config};
+}}
+
+FP8EXT_SM90_GROUPED_SPLIT_KERNEL("{name}", Config, LargeConfig, "{large}")
+"""
+
+
+def _render_grouped() -> dict[str, str]:
+    files = _render(GROUPED_ROWS, GROUPED_TEMPLATE)
+    for small, large in GROUPED_SPLITS.items():
+        files[f"{small.name}.cu"] += GROUPED_SPLIT_TEMPLATE.format(name=_split_name(small), config=large.config(),
+                                                                   large=large.name)
+    return files
+
+
 def render() -> dict[Path, dict[str, str]]:
     """Each kernels/ folder and the files the tables put there."""
     return {KERNEL_DIR: _render(ROWS, TEMPLATE), BLOCKWISE_KERNEL_DIR: _render(BLOCKWISE_ROWS, BLOCKWISE_TEMPLATE),
-            GROUPED_KERNEL_DIR: _render(GROUPED_ROWS, GROUPED_TEMPLATE)}
+            GROUPED_KERNEL_DIR: _render_grouped()}
 
 
 def _check(outputs: dict[Path, dict[str, str]]) -> int:

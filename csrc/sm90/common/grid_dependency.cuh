@@ -1,5 +1,6 @@
 // Programmatic dependent launch (PDL) for the small kernels of a decode step: the activation quantize
-// (quantize_rowwise.cu) and the decode GEMMs (sm90/gemv_cuda_core.cuh, sm90/gemv_tensor_core.cuh).
+// (quantize_rowwise.cu) and the decode GEMMs (sm90/gemv_cuda_core.cuh, sm90/gemv_tensor_core.cuh); and for the grouped
+// GEMMs behind their prologue (dependent_gemm.cuh).
 //
 // Why: at decode, a Float8Linear is two short kernels in a row, quantize(x) then the GEMV, and in a CUDA graph the
 // GEMV cannot start streaming its weight, the bulk of its time, until the quantize has finished. Launched with

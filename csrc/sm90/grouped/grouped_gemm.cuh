@@ -1,5 +1,7 @@
 // The grouped kernel template: one GroupedConfig -> a prologue kernel that writes the per-group tables, then one
-// CUTLASS 3.x pointer-array GEMM (TMA, warp-specialized, persistent over every group's tiles).
+// CUTLASS 3.x pointer-array GEMM (TMA, warp-specialized, persistent over every group's tiles), launched as a
+// programmatic dependent of the prologue. A split kernel (a small-tile config with a large-tile one) has one prologue
+// write both kernels' tables, each group in one of them by its rows, and runs both GEMMs.
 //
 // For group g with rows [r0, r1) of a (2d x 3d), or all M rows (3d x 3d, 2d x 2d), and depth [k0, k1):
 //
@@ -25,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_runtime_api.h>
 
@@ -43,6 +46,8 @@
 
 #include "sm90/blockwise/blockwise_gemm.h"  // kBlockwiseGroupK, kBlockwiseBlockN
 #include "sm90/common/cutlass_common.cuh"
+#include "sm90/common/dependent_gemm.cuh"
+#include "sm90/common/grid_dependency.cuh"
 #include "sm90/common/kernel_config.h"
 #include "sm90/grouped/grouped_params.h"
 
@@ -269,16 +274,57 @@ __device__ Stride leading_stride(int64_t ld) {
 
 __device__ inline int64_t clamped(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
+// Group g's entries in G's tables. `runs` false: a problem of no rows, which gets no tile (the group is the other
+// kernel's, in a split call).
+template <class G>
+__device__ void write_group(const typename G::Tables& t, int64_t g,
+                            const grouped_detail::Group<typename G::Element, typename G::ElementD>& grp,
+                            const GroupedParams& p, bool runs) {
+  using ElementD = typename G::ElementD;
+  // A group with no work gets no tile: no rows, or depth 0 (filled by the prologue).
+  const int m = static_cast<int>(!runs || grp.depth == 0 ? 0 : grp.rows), n = static_cast<int>(p.N);
+  const int k = static_cast<int>(grp.depth);
+  constexpr bool swap = G::kSwapAB;  // the MMA's A is the expert's weight, its B the group's tokens
+  t.problems[g] = swap ? typename G::Problem(n, m, k) : typename G::Problem(m, n, k);
+  t.a[g] = swap ? grp.b : grp.a;
+  t.b[g] = swap ? grp.a : grp.b;
+  t.stride_a[g] = leading_stride<typename G::StrideA>(swap ? p.ldb : p.lda);
+  t.stride_b[g] = leading_stride<typename G::StrideB>(swap ? p.lda : p.ldb);
+  t.d[g] = grp.out;
+  t.stride_d[g] = leading_stride<typename G::StrideD>(p.N);
+  t.bias[g] = p.bias == nullptr ? nullptr : static_cast<const ElementD*>(p.bias) + g * p.N;
+  G::write_scales(t, g, grp, p);
+}
+
 constexpr int kPrologueThreads = 256;
 constexpr int kFillSplit = 8;    // blocks per group along grid.y, for the fill of a group of depth 0
 constexpr int kTailBlocks = 16;  // blocks after the groups', for the 2d x 3d tail rows
 
-// grid (G + kTailBlocks, kFillSplit): block (g, 0), thread 0 writes group g's tables; blocks (g, *) fill group g when
-// its depth is 0; blocks past G zero the rows of a 2d x 3d output past the last offset.
-template <class G>
-__global__ void __launch_bounds__(kPrologueThreads) grouped_prologue(GroupedParams p, typename G::Tables t) {
+// The prologue's grid: kFillSplit blocks per group only where a group can have depth 0 (2d x 2d, or K = 0).
+inline dim3 prologue_grid(const GroupedParams& p) {
+  return dim3(static_cast<unsigned>(p.groups + kTailBlocks),
+              p.form == GroupedForm::k2d2d || p.K == 0 ? kFillSplit : 1);
+}
+
+struct NoKernel {  // the second kernel of a prologue that writes one kernel's tables
+  struct Tables {};
+};
+
+// grid prologue_grid(p): block (g, 0), thread 0 writes group g's tables; blocks (g, *) fill group g when its depth is
+// 0; blocks past G zero the rows of a 2d x 3d output past the last offset. With a Large kernel (a split call), a
+// group of more than p.split_rows rows that also holds more than half of all rows gets its tiles in Large's tables
+// and none in G's, and the others the reverse. The half: such a group is the call's work, and on the large tile it
+// runs at its best over the whole GPU, whereas a large group among many small ones, split off, runs as a second
+// launch with a partly idle last wave after the small ones' (Zipf routing measured up to 12% slower split so than
+// on the small tile with the rest).
+template <class G, class Large = NoKernel>
+__global__ void __launch_bounds__(kPrologueThreads)
+    grouped_prologue(GroupedParams p, typename G::Tables t, typename Large::Tables large_tables) {
   using ElementD = typename G::ElementD;
   using Element = typename G::Element;
+  // The GEMM after this kernel is launched as its dependent (run_dependent_gemm) and waits for all of it to
+  // complete; letting it start now only moves its launch ahead.
+  pdl::allow_dependent_grids();
   const int64_t g = blockIdx.x;
   const bool along_k = p.form == GroupedForm::k2d2d;
   const int64_t extent = along_k ? p.K : p.M;
@@ -314,42 +360,112 @@ __global__ void __launch_bounds__(kPrologueThreads) grouped_prologue(GroupedPara
   grp.b = static_cast<const Element*>(p.b) + g * p.b_group_stride + k0;
   grp.scale_a = p.scale_a + g * p.scale_a_group_stride + row0 * p.sa_stride_m;
   grp.scale_b = p.scale_b + g * p.scale_b_group_stride;
-  // A group with no work gets no tile: no rows, or depth 0 (filled above).
-  const int m = static_cast<int>(grp.depth == 0 ? 0 : grp.rows), n = static_cast<int>(p.N);
-  const int k = static_cast<int>(grp.depth);
-  constexpr bool swap = G::kSwapAB;  // the MMA's A is the expert's weight, its B the group's tokens
-  t.problems[g] = swap ? typename G::Problem(n, m, k) : typename G::Problem(m, n, k);
-  t.a[g] = swap ? grp.b : grp.a;
-  t.b[g] = swap ? grp.a : grp.b;
-  t.stride_a[g] = leading_stride<typename G::StrideA>(swap ? p.ldb : p.lda);
-  t.stride_b[g] = leading_stride<typename G::StrideB>(swap ? p.lda : p.ldb);
-  t.d[g] = grp.out;
-  t.stride_d[g] = leading_stride<typename G::StrideD>(p.N);
-  t.bias[g] = p.bias == nullptr ? nullptr : static_cast<const ElementD*>(p.bias) + g * p.N;
-  G::write_scales(t, g, grp, p);
+  if constexpr (std::is_same_v<Large, NoKernel>) {
+    write_group<G>(t, g, grp, p, true);
+  } else {
+    // Rows of every group: a 2d x 3d call's last offset; the other forms give every group the same rows.
+    const int64_t total = p.form == GroupedForm::k2d3d ? clamped(p.offs[p.groups - 1], 0, p.M) : p.M * p.groups;
+    const bool large = grp.rows > p.split_rows && 2 * grp.rows > total;
+    write_group<G>(t, g, grp, p, !large);
+    write_group<Large>(large_tables, g, grp, p, large);
+  }
 }
+
+// A split call's GEMM whose tables hold no tile (the large tile's without a large group, the small tile's when one
+// group holds every row): every block leaves after one read of the problem table, shared among its threads, instead
+// of CUTLASS's setup and its scheduler's walk over every group, 32 at a time, which cost 2-3 us more.
+struct SkipWithoutTiles {
+  template <class Params>
+  __device__ static bool skip(const Params& params) {
+    const int groups = params.problem_shape.groups();
+    bool found = false;
+    for (int g = threadIdx.x; g < groups && !found; g += blockDim.x) {
+      const auto shape = params.problem_shape.get_problem_shape(g);
+      found = cute::get<0>(shape) > 0 && cute::get<1>(shape) > 0;
+    }
+    return __syncthreads_or(found) == 0;
+  }
+};
+
+// Where a kernel's tables and CUTLASS's workspace lie in a launch's workspace: the tables first, 128-byte aligned.
+template <class G>
+struct WorkspaceLayout {
+  typename G::Tables tables;
+  size_t tables_bytes;
+  size_t gemm_bytes;  // CUTLASS's, after the tables
+
+  WorkspaceLayout(const GroupedParams& p, void* base) {
+    grouped_detail::Carver c{static_cast<char*>(base), static_cast<size_t>(p.groups)};
+    tables = G::carve(c);
+    tables_bytes = c.used;
+    gemm_bytes = G::Gemm::get_workspace_size(G::arguments(p, tables));
+  }
+  size_t total() const { return (tables_bytes + gemm_bytes + 127) / 128 * 128; }
+};
 
 template <class Config>
 size_t grouped_workspace_size(const GroupedParams& p) {
-  using G = GroupedGemm<Config>;
-  grouped_detail::Carver sizes{nullptr, static_cast<size_t>(p.groups)};
-  const typename G::Tables t = G::carve(sizes);
-  return sizes.used + G::Gemm::get_workspace_size(G::arguments(p, t));
+  return WorkspaceLayout<GroupedGemm<Config>>(p, nullptr).total();
 }
 
 template <class Config>
 LaunchResult grouped_launch(const GroupedParams& p) {
   using G = GroupedGemm<Config>;
-  grouped_detail::Carver tables{static_cast<char*>(p.workspace), static_cast<size_t>(p.groups)};
-  const typename G::Tables t = G::carve(tables);
-  if (p.workspace_bytes < tables.used) return {false, "workspace", "smaller than grouped_workspace_size()"};
-  const dim3 grid(static_cast<unsigned>(p.groups + kTailBlocks), kFillSplit);
-  grouped_prologue<G><<<grid, kPrologueThreads, 0, p.stream>>>(p, t);
+  const WorkspaceLayout<G> w(p, p.workspace);
+  if (p.workspace_bytes < w.total()) return {false, "workspace", "smaller than grouped_workspace_size()"};
+  if (!p.tables_written) {
+    grouped_prologue<G><<<prologue_grid(p), kPrologueThreads, 0, p.stream>>>(p, w.tables, {});
+    if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
+      return {false, "prologue", cudaGetErrorString(err)};
+    }
+  }
+  const typename G::Gemm::Arguments args = G::arguments(p, w.tables);
+  char* gemm_workspace = static_cast<char*>(p.workspace) + w.tables_bytes;
+  if (p.tables_written) {  // the large tile of a split call: maybe without a group
+    return run_dependent_gemm<typename G::Gemm, SkipWithoutTiles>(args, gemm_workspace, w.gemm_bytes, p.stream);
+  }
+  return run_dependent_gemm<typename G::Gemm>(args, gemm_workspace, w.gemm_bytes, p.stream);
+}
+
+// A split call: one prologue writes the tables of two kernels, Small's (this translation unit's kernel) for the
+// groups of at most p.split_rows rows and the large-tile kernel's (LargeName::kName, registered by its own
+// translation unit) for the others; then the large-tile GEMM runs, then Small's. Each GEMM is a programmatic
+// dependent of the kernel before it, and one without a tile leaves at once (SkipWithoutTiles). The host cannot see how
+// the rows fall into groups, so the split serves calls whose groups are small on average but may hold one large one
+// (skewed routing), which the small tile alone runs at a fraction of the large tile's speed.
+// Workspace: Small's tables and CUTLASS workspace, then the large kernel's (its own layout).
+template <class SmallConfig, class LargeConfig, class LargeName>
+size_t grouped_split_workspace_size(const GroupedParams& p) {
+  const GroupedKernelEntry* large = GroupedRegistry::find(LargeName::kName);
+  if (large == nullptr) return 0;
+  return WorkspaceLayout<GroupedGemm<SmallConfig>>(p, nullptr).total() + large->workspace_size(p);
+}
+
+template <class SmallConfig, class LargeConfig, class LargeName>
+LaunchResult grouped_split_launch(const GroupedParams& p) {
+  using Small = GroupedGemm<SmallConfig>;
+  using Large = GroupedGemm<LargeConfig>;
+  const GroupedKernelEntry* large = GroupedRegistry::find(LargeName::kName);
+  if (large == nullptr) return {false, "split", "its large-tile kernel is not in this build"};
+  if (p.split_rows <= 0) return {false, "split", "split_rows must be positive"};
+  const WorkspaceLayout<Small> small(p, p.workspace);
+  GroupedParams large_params = p;
+  large_params.workspace = static_cast<char*>(p.workspace) + small.total();
+  large_params.workspace_bytes = p.workspace_bytes < small.total() ? 0 : p.workspace_bytes - small.total();
+  large_params.tables_written = true;
+  if (p.workspace_bytes < small.total() + large->workspace_size(large_params)) {
+    return {false, "workspace", "smaller than grouped_workspace_size()"};
+  }
+  const WorkspaceLayout<Large> large_layout(large_params, large_params.workspace);
+  grouped_prologue<Small, Large><<<prologue_grid(p), kPrologueThreads, 0, p.stream>>>(p, small.tables,
+                                                                                    large_layout.tables);
   if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
     return {false, "prologue", cudaGetErrorString(err)};
   }
-  return run_gemm<typename G::Gemm>(G::arguments(p, t), static_cast<char*>(p.workspace) + tables.used,
-                                    p.workspace_bytes - tables.used, p.stream);
+  if (const LaunchResult r = large->launch(large_params); !r.ok) return r;
+  return run_dependent_gemm<typename Small::Gemm, SkipWithoutTiles>(
+      Small::arguments(p, small.tables), static_cast<char*>(p.workspace) + small.tables_bytes, small.gemm_bytes,
+      p.stream);
 }
 
 }  // namespace fp8ext::sm90
@@ -360,4 +476,18 @@ LaunchResult grouped_launch(const GroupedParams& p) {
   const bool kRegistered = ::fp8ext::sm90::register_grouped_kernel(                                              \
       {NAME, CONFIG::traits(), &::fp8ext::sm90::grouped_launch<CONFIG>,                                          \
        &::fp8ext::sm90::grouped_workspace_size<CONFIG>});                                                        \
+  }
+
+// Beside a small-tile kernel's FP8EXT_SM90_GROUPED_KERNEL: the split kernel NAME of that kernel (CONFIG) with the
+// large-tile kernel LARGE_CONFIG, which its own translation unit registers under LARGE_NAME. Its traits are
+// CONFIG's.
+#define FP8EXT_SM90_GROUPED_SPLIT_KERNEL(NAME, CONFIG, LARGE_CONFIG, LARGE_NAME)                                  \
+  namespace {                                                                                                    \
+  struct SplitLargeName {                                                                                        \
+    static constexpr const char* kName = LARGE_NAME;                                                             \
+  };                                                                                                             \
+  const bool kSplitRegistered = ::fp8ext::sm90::register_grouped_kernel(                                         \
+      {NAME, CONFIG::traits(),                                                                                   \
+       &::fp8ext::sm90::grouped_split_launch<CONFIG, LARGE_CONFIG, SplitLargeName>,                               \
+       &::fp8ext::sm90::grouped_split_workspace_size<CONFIG, LARGE_CONFIG, SplitLargeName>});                     \
   }

@@ -53,6 +53,13 @@ struct GroupedParams {
   int64_t scale_b_group_stride = 0, sb_stride_q = 0, sb_stride_n = 1;
   const void* bias = nullptr;  // [G, N] of the output type, contiguous, or nullptr
 
+  // A split kernel (grouped_split_launch) runs groups of more than split_rows rows on its large-tile kernel and the
+  // others on its small-tile one; the other kernels ignore it.
+  int64_t split_rows = 0;
+  // Set by a split kernel for its large-tile kernel: the split's prologue has written that kernel's tables at the
+  // start of the workspace, so its launch runs the GEMM alone.
+  bool tables_written = false;
+
   void* workspace = nullptr;  // at least grouped_workspace_size(params) bytes
   size_t workspace_bytes = 0;
   int device_id = 0;

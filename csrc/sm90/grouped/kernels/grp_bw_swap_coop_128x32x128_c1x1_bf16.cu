@@ -6,3 +6,9 @@ using Config = ::fp8ext::sm90::GroupedConfig<128, 32, 128, 1, 1, ::fp8ext::sm90:
 }
 
 FP8EXT_SM90_GROUPED_KERNEL("grp_bw_swap_coop_128x32x128_c1x1_bf16", Config)
+
+namespace {
+using LargeConfig = ::fp8ext::sm90::GroupedConfig<128, 128, 128, 1, 1, ::fp8ext::sm90::Schedule::kCooperative, ::fp8ext::sm90::Accum::kPrecise, ::fp8ext::sm90::OutType::kBF16, false, true>;
+}
+
+FP8EXT_SM90_GROUPED_SPLIT_KERNEL("grp_bw_split_bf16", Config, LargeConfig, "grp_bw_coop_128x128x128_c1x1_bf16")
