@@ -59,7 +59,8 @@ def test_the_build_has_every_grouped_kernel():
         "grp_bw_swap_coop_128x32x128_c1x1_bf16", "grp_bw_coop_128x128x128_c1x1_bf16", "grp_bw_split_bf16"}
 
 
-SPLITS = {"fast": ("grp_split_fast_bf16", "grp_swap_pp_64x32x128_c1x1_fast_bf16", "grp_coop_128x128x128_c1x1_fast_bf16"),
+SPLITS = {"fast": ("grp_split_fast_bf16", "grp_swap_pp_64x32x128_c1x1_fast_bf16",
+                   "grp_coop_128x128x128_c1x1_fast_bf16"),
           "precise": ("grp_split_precise_bf16", "grp_swap_pp_64x32x128_c1x1_precise_bf16",
                       "grp_coop_128x128x128_c1x1_precise_bf16"),
           "blockwise": ("grp_bw_split_bf16", "grp_bw_swap_coop_128x32x128_c1x1_bf16",

@@ -35,7 +35,8 @@ sm90::GroupedForm to_form(GroupedLayout l) {
   }
 }
 
-// The largest group a split kernel runs on its small tile (grouped_dispatch.inc), for the call's family.
+// A split kernel's group limit (grouped_dispatch.inc), for the call's family: a group of more rows that also holds
+// more than half of the call's rows runs on the large tile.
 int64_t split_rows(const GroupedMmProblem& p, bool use_fast_accum) {
   return p.blockwise ? kSplitMaxGroupRows_blockwise
                      : use_fast_accum ? kSplitMaxGroupRows_rowwise_fast : kSplitMaxGroupRows_rowwise_precise;
@@ -46,9 +47,9 @@ int64_t split_rows(const GroupedMmProblem& p, bool use_fast_accum) {
 // group's tokens fill the MMA's narrow N side; larger groups on the 128 x 128 cooperative tile. A 2d x 3d call of
 // few rows per group but more rows in all than split_rows() may still hold a large group (routing skewed to one
 // expert), which the swapped tile runs at a fraction of the large tile's speed: it gets the family's split kernel,
-// which sends each group to one of the two tiles by its rows, on the device. The limits, per family, come from
-// tools/fit_grouped_dispatch.py (grouped_dispatch.inc). Block-wise scales are promoted and scaled once per K group
-// whatever use_fast_accum says, as in scaled_mm.
+// which sends each group to one of the two tiles on the device (grouped_gemm.cuh, grouped_prologue). The limits,
+// per family, come from tools/fit_grouped_dispatch.py (grouped_dispatch.inc). Block-wise scales are promoted and
+// scaled once per K group whatever use_fast_accum says, as in scaled_mm.
 const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool use_fast_accum,
                                                std::optional<int64_t> expected_m) {
   const double rows_per_group = p.layout == GroupedLayout::k2d3d

@@ -79,7 +79,8 @@ LaunchResult run_dependent_gemm(const typename Gemm::Arguments& args, void* work
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = pdl::enabled() ? 1 : 0;
-  if (const cudaError_t err = cudaLaunchKernelEx(&config, dependent_gemm<GemmKernel, Guard>, params); err != cudaSuccess) {
+  const cudaError_t err = cudaLaunchKernelEx(&config, dependent_gemm<GemmKernel, Guard>, params);
+  if (err != cudaSuccess) {
     cudaGetLastError();
     return {false, "launch", cudaGetErrorString(err)};
   }
