@@ -15,58 +15,11 @@ them in parallel and a change to one row recompiles one file.
 
 It also writes python/fp8ext/kernel_manifest.json: every kernel's traits as data (tile, cluster, schedule,
 accumulation, dtypes, max M, workspace, twin), the hand-written decode kernels (csrc/sm90/decode/) included:
-"kernels" lists the row-wise family, "blockwise_kernels" the block-scaled one. Python reads kernels' traits from
+"kernels" lists the row-wise family, "blockwise_kernels" the block-scaled one, "grouped_kernels" the grouped one. Python reads kernels' traits from
 it; C++ gets the same traits from each kernel's config (KernelConfig, BlockwiseConfig) and the decode kernels'
 registration.
 
-Kernel names. A name is the kernel's traits written out, its parts joined by "_" in the order below (parts in
-brackets are left out at their default). Readers take the traits from the manifest (Python) or the configs (C++),
-not from the name, except for a block-scaled name's last part, the output: the block-wise dispatch's fit lookup
-replaces it to find a kernel's bf16 twin (blockwise_dispatch.cpp, blockwise_fit), and
-fp8ext.testing.blockwise_kernel_out_dtype reads it.
-
-    row-wise:      [swap_]<schedule>_<tm>x<tn>x<tk>_c<cm>x<cn>[_pi<n>][_ov]_<accum>_<out>[_a<in>]
-    block-scaled:  bw_[swap_]<schedule>_<tm>x<tn>x<tk>_c<cm>x<cn>[_ov]_<out>
-    grouped:       grp_ + a row-wise or block-scaled name (a pointer-array kernel over every group's tiles)
-    grouped split: grp_split_<accum>_<out>, grp_bw_split_<out> (a family's swapped small-tile kernel and its
-                   large-tile kernel in one call: each group on one of them by its rows; "split_with" in the manifest)
-
-    part              meaning
-    bw                block-scaled: scale_a per 1 x 128 group of a row, scale_b per 128 x 128 block; e4m3 operands,
-                      partial sums promoted into fp32 every 128 of K (so no accumulation part)
-    swap              swap_ab: the kernel computes out^T = b^T a^T, so the weight rows are the MMA's M and a small
-                      M (the tokens) is the MMA's N. Tile and cluster are in the MMA's frame (kernel_config.h)
-    pp                schedule pingpong: two consumer warpgroups, each owns a whole tile; the epilogue of one
-                      overlaps the MMA of the other
-    coop              schedule cooperative: two consumer warpgroups split one tile along M
-    sk                schedule stream-K: cooperative, with K split across CTAs for few, deep tiles; needs a
-                      workspace, so dispatch passes it over inside CUDA-graph capture
-    <tm>x<tn>x<tk>    the CTA tile, in the MMA's frame
-    c<cm>x<cn>        the thread-block cluster, in the MMA's frame: its CTAs share (multicast) the TMA loads of the
-                      operand they have in common
-    pi<n>             precise only: fp32 promotion every n MMA k-blocks (32 of K each); left out: 4, once per 128
-    ov                the overlapped mainloop (rowwise/overlap_promotion_mainloop.cuh, precise only;
-                      blockwise/overlap_blockwise_mainloop.cuh): the next K tile's wgmmas run while the previous
-                      tile's partial sums are promoted; the sums are CUTLASS's, in the same order
-    fast | precise    accumulation: fast keeps the tensor core's reduced-precision accumulator for the whole K loop;
-                      precise promotes its partial sums into fp32 registers every pi<n> k-blocks
-    bf16|fp16|fp32    the output dtype
-    a<in>             the activations' (a's) FP8 type: ae5m2; left out: e4m3. The weight is always e4m3
-
-    decode kernels (hand-written, csrc/sm90/decode/: no tile, no tile scheduler; DECODE_KERNELS below)
-    gemv_m4_precise_<out>              M <= 4 on the CUDA cores, fp32 FMAs; e4m3 or e5m2 activations
-    gemv_tc_m32_r<r>_s<s>_fast_bf16    M <= 32 on the tensor cores (mma.sync): r weight rows per warp (16, 32), K
-                                       split into s slices over the warps of a block; e4m3 or e5m2 activations
-    bw_gemv_m4_<out>                   gemv_m4's kernel with block scales; e4m3 activations (manifest trait
-                                       rowwise_twin: gemv_m4_precise_<out>)
-    bw_gemv_tc_m32_r<r>_s<s>_bf16      gemv_tc's kernel with block scales; e4m3 activations (rowwise_twin:
-                                       gemv_tc_m32_r<r>_s<s>_fast_bf16)
-
-Scheduler options are not part of a kernel's name: a row-wise name may be followed by "@" + raster + band, as in
-"coop_128x256x128_c2x1_fast_bf16@H1", for how the persistent tile scheduler walks the output tiles in the kernel's
-own frame: raster M, N or H (CUTLASS's heuristic, along the longer side), in bands of 1, 2, 4 or 8 tiles. The bare
-name means "@H8". Dispatch chooses them per call (dispatch/cost_model.h); fp8ext.force_kernel takes them and
-fp8ext.selected_kernel shows them (dispatch/dispatch.h, KernelChoice).
+Kernel names, each part's meaning and the scheduler options a name may carry: docs/kernel_names.md.
 
 Why each row exists is said beside it; which row serves which (M, N, K) is the dispatchers' business
 (dispatch/dispatch.cpp, dispatch/blockwise_dispatch.cpp).
