@@ -18,23 +18,16 @@
 
 namespace fp8ext::sm90 {
 
-// Runs every block of a dependent GEMM (dependent_gemm's Guard).
-struct RunAlways {
-  template <class Params>
-  __device__ static bool skip(const Params&) {
-    return false;
-  }
-};
-
 // CUTLASS's kernel body behind a wait for the grid before it. CUTLASS's pointer-array kernels read their tables
 // without waiting (they never execute griddepcontrol.wait), so launched as programmatic dependents as they are they
 // could read the tables before the prologue has written them. A block leaves before CUTLASS's setup where
-// Guard::skip(params), called by every thread after the wait, says so.
+// guard.skip(params), called by every thread after the wait, says so. The guard is an argument, so that one
+// instantiation serves launches that skip and launches that never do (grouped_gemm.cuh's SkipWithoutTiles).
 template <class GemmKernel, class Guard>
 __global__ void __launch_bounds__(GemmKernel::MaxThreadsPerBlock, GemmKernel::MinBlocksPerMultiprocessor)
-    dependent_gemm(CUTLASS_GRID_CONSTANT const typename GemmKernel::Params params) {
+    dependent_gemm(CUTLASS_GRID_CONSTANT const typename GemmKernel::Params params, const Guard guard) {
   pdl::wait_for_prior_grids();
-  if (Guard::skip(params)) return;
+  if (guard.skip(params)) return;
   extern __shared__ char smem[];
   GemmKernel op;
   op(params, smem);
@@ -43,9 +36,9 @@ __global__ void __launch_bounds__(GemmKernel::MaxThreadsPerBlock, GemmKernel::Mi
 // run_gemm's steps (cutlass_common.cuh), with the kernel launched as a programmatic dependent of the stream's
 // previous kernel (the prologue, or in a split call the other GEMM), so that its blocks are launched while that one
 // runs and start the moment it completes. A plain launch with FP8EXT_PDL=0.
-template <class Gemm, class Guard = RunAlways>
+template <class Gemm, class Guard>
 LaunchResult run_dependent_gemm(const typename Gemm::Arguments& args, void* workspace, size_t workspace_bytes,
-                                cudaStream_t stream) {
+                                cudaStream_t stream, const Guard guard) {
   using GemmKernel = typename Gemm::GemmKernel;
   static_assert(cute::size(typename GemmKernel::ClusterShape{}) == 1,
                 "a plain launch: CUTLASS launches kernels of one-CTA clusters without a cluster attribute");
@@ -79,7 +72,7 @@ LaunchResult run_dependent_gemm(const typename Gemm::Arguments& args, void* work
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = pdl::enabled() ? 1 : 0;
-  const cudaError_t err = cudaLaunchKernelEx(&config, dependent_gemm<GemmKernel, Guard>, params);
+  const cudaError_t err = cudaLaunchKernelEx(&config, dependent_gemm<GemmKernel, Guard>, params, guard);
   if (err != cudaSuccess) {
     cudaGetLastError();
     return {false, "launch", cudaGetErrorString(err)};

@@ -373,10 +373,14 @@ __global__ void __launch_bounds__(kPrologueThreads)
 
 // A split call's GEMM whose tables hold no tile (the large tile's without a large group, the small tile's when one
 // group holds every row): every block leaves after one read of the problem table, shared among its threads, instead
-// of CUTLASS's setup and its scheduler's walk over every group, 32 at a time (about 1 us more on an H100).
+// of CUTLASS's setup and its scheduler's walk over every group, 32 at a time (about 1 us more on an H100). Only a
+// split call's GEMMs look (`enabled`); an unsplit call's always has a tile where it has rows.
 struct SkipWithoutTiles {
+  bool enabled;
+
   template <class Params>
-  __device__ static bool skip(const Params& params) {
+  __device__ bool skip(const Params& params) const {
+    if (!enabled) return false;
     const int groups = params.problem_shape.groups();
     bool found = false;
     for (int g = threadIdx.x; g < groups && !found; g += blockDim.x) {
@@ -421,10 +425,9 @@ LaunchResult grouped_launch(const GroupedParams& p) {
   }
   const typename G::Gemm::Arguments args = G::arguments(p, w.tables);
   char* gemm_workspace = static_cast<char*>(p.workspace) + w.tables_bytes;
-  if (p.tables_written) {  // the large tile of a split call: maybe without a group
-    return run_dependent_gemm<typename G::Gemm, SkipWithoutTiles>(args, gemm_workspace, w.gemm_bytes, p.stream);
-  }
-  return run_dependent_gemm<typename G::Gemm>(args, gemm_workspace, w.gemm_bytes, p.stream);
+  // Tables written by a split call's prologue: this is its large-tile GEMM, which may have no group to run.
+  return run_dependent_gemm<typename G::Gemm>(args, gemm_workspace, w.gemm_bytes, p.stream,
+                                              SkipWithoutTiles{p.tables_written});
 }
 
 // A split call: one prologue writes the tables of two kernels, the large-tile kernel's (LargeName::kName, registered
@@ -453,19 +456,19 @@ LaunchResult grouped_split_launch(const GroupedParams& p) {
   large_params.workspace = static_cast<char*>(p.workspace) + small.total();
   large_params.workspace_bytes = p.workspace_bytes < small.total() ? 0 : p.workspace_bytes - small.total();
   large_params.tables_written = true;
-  if (p.workspace_bytes < small.total() + large->workspace_size(large_params)) {
+  const WorkspaceLayout<Large> large_layout(large_params, large_params.workspace);
+  if (p.workspace_bytes < small.total() + large_layout.total()) {
     return {false, "workspace", "smaller than grouped_workspace_size()"};
   }
-  const WorkspaceLayout<Large> large_layout(large_params, large_params.workspace);
   grouped_prologue<Small, Large><<<prologue_grid(p), kPrologueThreads, 0, p.stream>>>(p, small.tables,
                                                                                     large_layout.tables);
   if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
     return {false, "prologue", cudaGetErrorString(err)};
   }
   if (const LaunchResult r = large->launch(large_params); !r.ok) return r;
-  return run_dependent_gemm<typename Small::Gemm, SkipWithoutTiles>(
-      Small::arguments(p, small.tables), static_cast<char*>(p.workspace) + small.tables_bytes, small.gemm_bytes,
-      p.stream);
+  return run_dependent_gemm<typename Small::Gemm>(Small::arguments(p, small.tables),
+                                                  static_cast<char*>(p.workspace) + small.tables_bytes,
+                                                  small.gemm_bytes, p.stream, SkipWithoutTiles{true});
 }
 
 }  // namespace fp8ext::sm90
