@@ -53,10 +53,32 @@ def kernel_names():
     return set(torch.ops.fp8ext._grouped_kernel_names())
 
 
+# Each 128 x 128 row-wise grouped kernel and an fp8ext.scaled_mm kernel of the same tile and accumulation (the
+# cluster shape and schedule change which SMs share a load and which warps hold a tile, not a sum): the same bits,
+# group by group.
+SAME_TILE = {"grp_coop_128x128x128_c1x1_fast_bf16": "pp_128x128x128_c1x2_fast_bf16",
+             "grp_coop_128x128x128_c1x1_precise_bf16": "coop_128x128x128_c1x2_precise_bf16"}
+
+
 def test_the_build_has_every_grouped_kernel():
     assert kernel_names() == {f"grp_{k}_{a}_bf16" for k in ("swap_pp_64x32x128_c1x1", "coop_128x128x128_c1x1",
                                                             "split") for a in ("fast", "precise")} | {
         "grp_bw_swap_coop_128x32x128_c1x1_bf16", "grp_bw_coop_128x128x128_c1x1_bf16", "grp_bw_split_bf16"}
+
+
+@pytest.mark.parametrize("kernel", sorted(SAME_TILE))
+@pytest.mark.parametrize("bias", [False, True])
+def test_each_group_equals_scaled_mm_on_the_same_tile_bit_for_bit(kernel, bias):
+    """Groups of 0 to 700 rows (one past two 256-row tiles, one short of a 128-row tile), K of five 128-deep blocks:
+    a group's rows are a scaled_mm call's, so a grouped call computes what a loop over the experts would."""
+    args, kw = on(DEV, moe_call([300, 0, 1, 127, 513, 77, 700], 384, 640, bias=bias, extra_rows=3))
+    fast = "_fast_" in kernel
+    out = torch.ops.fp8ext._scaled_grouped_mm_with_kernel(*args, kw["offs"], kw.get("bias"), None, fast, kernel)
+    with fp8ext.force_kernel(SAME_TILE[kernel]):
+        for g, (part, (a, b, sa, sb, bias_g)) in enumerate(groups(args, kw)):
+            if a.size(0):
+                want = fp8ext.scaled_mm(a, b, sa, sb, bias=bias_g, out_dtype=torch.bfloat16, use_fast_accum=fast)
+                assert torch.equal(part(out), want), f"{kernel}: group {g} of {a.size(0)} rows"
 
 
 SPLITS = {"fast": ("grp_split_fast_bf16", "grp_swap_pp_64x32x128_c1x1_fast_bf16",
