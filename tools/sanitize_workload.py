@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A small workload for compute-sanitizer: every built kernel, row-wise and block-wise (forced by name), on tail
-shapes, the quantize_rowwise kernel at each of its row widths, with and without 16-byte alignment, and
+"""A small workload for compute-sanitizer: every built kernel, row-wise, block-wise and grouped (forced by name), on
+tail shapes, the quantize_rowwise kernel at each of its row widths, with and without 16-byte alignment, and
 quantize_blockwise in both block forms.
 
 Row-wise: M in {1, 17, 255, 257} (no tile multiple), N = 144 (not a multiple of 64 or 128), K = 16 (the minimum),
@@ -69,6 +69,39 @@ def blockwise_launches(patterns: list[str], quick: bool, check: bool) -> tuple[i
                 if check:
                     check_against_reference(out, a, b, sa, sb, bias, use_fast_accum=False, what=f"{name} {M}x{N}x{K}")
                 launches += 1
+    return launches, len(names)
+
+
+# Grouped calls (2d x 3d, as MoE experts): empty, 1-row and unaligned groups with one of several tiles' rows, and
+# one group holding most rows (a split kernel's large tile), N = 144 and 272, K = WRAP_K.
+GROUPED_SIZES = ([0, 1, 17, 0, 255, 3], [2, 0, 1, 300, 0, 5, 1])
+
+
+def grouped_launches(patterns: list[str], quick: bool, check: bool) -> tuple[int, int]:
+    """Every grouped kernel matching the patterns, by name, on GROUPED_SIZES (--quick: the first). Returns
+    (launches, kernels)."""
+    from fp8ext.bench.suites.grouped import experts, operands
+    names = [n for n in torch.ops.fp8ext._grouped_kernel_names() if any(fnmatch.fnmatch(n, p) for p in patterns)]
+    launches = 0
+    for name in names:
+        blockwise, fast = name.startswith("grp_bw_"), "_fast_" in name
+        for sizes in GROUPED_SIZES[:1] if quick else GROUPED_SIZES:
+            N = 272 if blockwise else 144
+            print(f"launch {name} groups {sizes} N {N} K {WRAP_K}", flush=True)
+            w = random_fp8(len(sizes) * N, WRAP_K, device="cuda").view(len(sizes), N, WRAP_K)
+            sb = (random_scales(len(sizes) * -(-N // 128) * -(-WRAP_K // 128), device="cuda")
+                  .view(len(sizes), -(-N // 128), -(-WRAP_K // 128)).transpose(-2, -1) if blockwise
+                  else random_scales(len(sizes) * N, device="cuda").view(len(sizes), N))
+            a, b, sa, sb, offs = operands(sizes, WRAP_K, blockwise, w, sb)
+            bias = torch.randn(len(sizes), N, device="cuda").to(torch.bfloat16)
+            out = torch.ops.fp8ext._scaled_grouped_mm_with_kernel(a, b, sa, sb, offs, bias, None, fast, name)
+            if check:  # experts() lists the groups with rows, in order
+                for g, (a_g, b_g, sa_g, sb_g) in zip([g for g, n in enumerate(sizes) if n],
+                                                     experts(a, b, sa, sb, sizes, blockwise)):
+                    start = sum(sizes[:g])
+                    check_against_reference(out[start:start + a_g.size(0)], a_g, b_g, sa_g, sb_g, bias[g],
+                                            use_fast_accum=fast, what=f"{name} {sizes} group {g}")
+            launches += 1
     return launches, len(names)
 
 
@@ -143,7 +176,8 @@ def main() -> int:
                     check_against_reference(out, a, b, sa, sb, bias, use_fast_accum=fast, what=f"{name} {M}x{N}x{K}")
                 launches += 1
     bw_launches, bw_kernels = blockwise_launches(patterns, args.quick, check=not args.no_check)
-    launches += bw_launches
+    grouped, grouped_kernels = grouped_launches(patterns, args.quick, check=not args.no_check)
+    launches += bw_launches + grouped
     if any(fnmatch.fnmatch("quantize_rowwise", p) for p in patterns):
         launches += quantize_launches(check=not args.no_check)
     if any(fnmatch.fnmatch("quantize_blockwise", p) for p in patterns):
@@ -155,8 +189,8 @@ def main() -> int:
     fp8ext.scaled_mm(a[:0], b, torch.ones(0, 1, device="cuda"), random_scales(144, device="cuda", shape=(1, 144)))
     torch.cuda.synchronize()
     checked = "launched" if args.no_check else "checked against float64"
-    print(f"sanitize workload: {launches} kernel launches over {len(names)} row-wise and {bw_kernels} block-wise "
-          f"kernels {checked}")
+    print(f"sanitize workload: {launches} kernel launches over {len(names)} row-wise, {bw_kernels} block-wise and "
+          f"{grouped_kernels} grouped kernels {checked}")
     return 0
 
 
