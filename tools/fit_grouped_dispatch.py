@@ -15,7 +15,8 @@ at a time (fitted on the others, scored on the one left out). --judge scores the
 record's `fp8ext_us` ran) on other records' rows against torch there: those rows are never fitted on.
 
 A call of at most T rows per group on average but more rows in all than S runs the family's split kernel: its
-groups of more than S rows on the large tile, the others on the swapped one (the host cannot see how the rows fall).
+groups of more than S rows that also hold more than half of the call's rows on the large tile, the others on the
+swapped one (the host cannot see how the rows fall; the half-the-rows condition is fixed, not fitted).
 S is fitted the same way on the rows whose routing sent every row to one expert (`one`), where one group's time is
 the whole call's: the threshold on that group's rows; --one-expert adds records (of tuning models) whose one-expert
 rows count for S only. The split kernels' own times are fitted on by neither.
