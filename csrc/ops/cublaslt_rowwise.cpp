@@ -29,7 +29,6 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <stdexcept>
 #include <tuple>
 #include <vector>
 
