@@ -42,7 +42,7 @@ GPU_CASES = {
                                                              bias=True),
     "2d3d block-wise, large groups": lambda: moe_call([300, 0, 1, 129, 77], 272, 640, blockwise=True, extra_rows=3),
     "3d3d block-wise": lambda: batched_call(3, 65, 256, 384, blockwise=True),
-    # Few rows per group on average but more than 160 in all: the split kernels, one group past 160 rows.
+    # Few rows per group on average but more than SPLIT_ROWS in all: the split kernels, one group past SPLIT_ROWS.
     "2d3d skewed groups": lambda: moe_call(SKEWED["a dominant group"], 256, 512, bias=True, extra_rows=5),
     "2d3d block-wise, skewed groups": lambda: moe_call(SKEWED["a large group among others"], 384, 640,
                                                        blockwise=True),
@@ -66,6 +66,10 @@ def test_the_build_has_every_grouped_kernel():
         "grp_bw_swap_coop_128x32x128_c1x1_bf16", "grp_bw_coop_128x128x128_c1x1_bf16", "grp_bw_split_bf16"}
 
 
+def named(args, kw, fast, kernel):
+    return torch.ops.fp8ext._scaled_grouped_mm_with_kernel(*args, kw["offs"], kw.get("bias"), None, fast, kernel)
+
+
 @pytest.mark.parametrize("kernel", sorted(SAME_TILE))
 @pytest.mark.parametrize("bias", [False, True])
 def test_each_group_equals_scaled_mm_on_the_same_tile_bit_for_bit(kernel, bias):
@@ -73,7 +77,7 @@ def test_each_group_equals_scaled_mm_on_the_same_tile_bit_for_bit(kernel, bias):
     a group's rows are a scaled_mm call's, so a grouped call computes what a loop over the experts would."""
     args, kw = on(DEV, moe_call([300, 0, 1, 127, 513, 77, 700], 384, 640, bias=bias, extra_rows=3))
     fast = "_fast_" in kernel
-    out = torch.ops.fp8ext._scaled_grouped_mm_with_kernel(*args, kw["offs"], kw.get("bias"), None, fast, kernel)
+    out = named(args, kw, fast, kernel)
     with fp8ext.force_kernel(SAME_TILE[kernel]):
         for g, (part, (a, b, sa, sb, bias_g)) in enumerate(groups(args, kw)):
             if a.size(0):
@@ -87,10 +91,6 @@ SPLITS = {"fast": ("grp_split_fast_bf16", "grp_swap_pp_64x32x128_c1x1_fast_bf16"
                       "grp_coop_128x128x128_c1x1_precise_bf16"),
           "blockwise": ("grp_bw_split_bf16", "grp_bw_swap_coop_128x32x128_c1x1_bf16",
                         "grp_bw_coop_128x128x128_c1x1_bf16")}
-
-
-def named(args, kw, fast, kernel):
-    return torch.ops.fp8ext._scaled_grouped_mm_with_kernel(*args, kw["offs"], kw.get("bias"), None, fast, kernel)
 
 
 def on_large_tile(rows, total):
