@@ -45,6 +45,13 @@ def batched_call(G, M, N, K, blockwise=False, bias=False, out_dtype=torch.bfloat
     return (a, w.transpose(-2, -1), sa, sb), kw
 
 
+def torch_scale_layout(call):
+    """A block-wise call with scale_a's K groups apart (torch's layout, strides (1, T)), as quantize_blockwise
+    returns it."""
+    (a, b, sa, sb), kw = call
+    return (a, b, sa.transpose(-2, -1).contiguous().transpose(-2, -1), sb), kw
+
+
 def weight_grad_call(M, N, k_sizes, bias=False, out_dtype=torch.bfloat16, seed=2):
     """2d x 2d: a [M, K_total] row-major, b [K_total, N] column-major, K slices of ``k_sizes``."""
     gen = torch.Generator().manual_seed(seed)

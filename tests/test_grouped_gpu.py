@@ -10,7 +10,7 @@ import torch
 
 import fp8ext
 from fp8ext.testing import assert_opcheck, check_against_reference
-from grouped_cases import batched_call, ends, groups, moe_call, on, weight_grad_call
+from grouped_cases import batched_call, ends, groups, moe_call, on, torch_scale_layout, weight_grad_call
 from grouped_validation_cases import CASES as ERROR_CASES
 
 DEV = "cuda"
@@ -42,6 +42,13 @@ GPU_CASES = {
                                                              bias=True),
     "2d3d block-wise, large groups": lambda: moe_call([300, 0, 1, 129, 77], 272, 640, blockwise=True, extra_rows=3),
     "3d3d block-wise": lambda: batched_call(3, 65, 256, 384, blockwise=True),
+    # scale_a as quantize_blockwise returns it, at K and N past a 128 block; one K group (K <= 128) in either layout
+    "2d3d block-wise, torch's scale layout": lambda: torch_scale_layout(
+        moe_call([5, 0, 1, 37, 16, 3], 272, 2064, blockwise=True, bias=True)),
+    "3d3d block-wise, torch's scale layout": lambda: torch_scale_layout(batched_call(3, 65, 256, 384, blockwise=True)),
+    "2d3d block-wise, one K group": lambda: moe_call([5, 0, 1, 37], 256, 112, blockwise=True),
+    "2d3d block-wise, one K group, torch's scale layout": lambda: torch_scale_layout(
+        moe_call([5, 0, 1, 37], 256, 128, blockwise=True)),
     # Few rows per group on average but more than SPLIT_ROWS in all: the split kernels, one group past SPLIT_ROWS.
     "2d3d skewed groups": lambda: moe_call(SKEWED["a dominant group"], 256, 512, bias=True, extra_rows=5),
     "2d3d block-wise, skewed groups": lambda: moe_call(SKEWED["a large group among others"], 384, 640,
@@ -280,7 +287,7 @@ def test_a_masked_call_against_float64_and_replayed_with_new_counts(blockwise, e
 
 @pytest.mark.parametrize("kernel", sorted(kernel_names()) if torch.cuda.is_available() else ["<no GPU>"])
 @pytest.mark.parametrize("case", ["2d3d decode-sized groups", "3d3d large M", "2d2d small M, an empty K slice",
-                                  "2d3d block-wise, large groups"])
+                                  "2d3d block-wise, large groups", "2d3d block-wise, torch's scale layout"])
 def test_every_kernel_by_name_against_float64(kernel, case):
     args, kw = on(DEV, GPU_CASES[case]())
     blockwise = args[2].dim() == args[0].dim()

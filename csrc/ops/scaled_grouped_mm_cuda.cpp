@@ -149,8 +149,15 @@ Tensor run_grouped(const Tensor& a, const Tensor& b, const Tensor& scale_a, cons
   const sm90::GroupedKernelEntry& kernel =
       kernel_name.empty() ? grouped_kernel(problem, use_fast_accum, expected_m) : named_kernel(problem, kernel_name);
   const cudaStream_t stream = current_cuda_stream(device);
+  // Block-wise scale_a goes to the kernels with its K groups contiguous: CUTLASS's grouped blockwise mainloop read
+  // scale_a wrong (every group, every shape) when the groups were apart, as in torch's layout (strides (1, T)),
+  // which quantize_blockwise returns, though its layouts take the strides. Such a scale_a is copied here, once
+  // per call (a T x ceil(K / 128) float tensor).
+  const int64_t q = scale_a.dim() - 1;
+  const Tensor sa = problem.blockwise && scale_a.size(q) > 1 && scale_a.stride(q) != 1 ? st::contiguous(scale_a)
+                                                                                        : scale_a;
   sm90::GroupedParams p =
-      grouped_params(a, b, scale_a, scale_b, offs, bias, problem, out, props.multiProcessorCount, stream);
+      grouped_params(a, b, sa, scale_b, offs, bias, problem, out, props.multiProcessorCount, stream);
   p.counts = masked_m.has_value() ? static_cast<const int32_t*>(masked_m->const_data_ptr()) : nullptr;
   p.split_rows = split_rows(problem, use_fast_accum);  // read by split kernels only
   const sm90::LaunchResult r = launch(kernel, p, a);  // the tables and CUTLASS's workspace from the caching allocator
