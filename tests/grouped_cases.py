@@ -52,6 +52,17 @@ def torch_scale_layout(call):
     return (a, b, sa.transpose(-2, -1).contiguous().transpose(-2, -1), sb), kw
 
 
+def sliced_scales(call, pad=3):
+    """A block-wise call whose scales are slices of wider tensors, NaN beyond the slice: scale_a's rows and each
+    weight scale row lie ceil(K / 128) + pad floats apart, so a kernel that takes them as packed reads NaN."""
+    (a, b, sa, sb), kw = call
+    s = sb.transpose(-2, -1)  # the weights' [G, ceil(N / 128), ceil(K / 128)] scales
+    nan = float("nan")
+    sa = torch.cat([sa, torch.full((*sa.shape[:-1], pad), nan)], -1)[..., :sa.size(-1)]
+    s = torch.cat([s, torch.full((*s.shape[:-1], pad), nan)], -1)[..., :s.size(-1)]
+    return (a, b, sa, s.transpose(-2, -1)), kw
+
+
 def weight_grad_call(M, N, k_sizes, bias=False, out_dtype=torch.bfloat16, seed=2):
     """2d x 2d: a [M, K_total] row-major, b [K_total, N] column-major, K slices of ``k_sizes``."""
     gen = torch.Generator().manual_seed(seed)

@@ -10,7 +10,8 @@ import torch
 
 import fp8ext
 from fp8ext.testing import assert_opcheck, check_against_reference
-from grouped_cases import batched_call, ends, groups, moe_call, on, torch_scale_layout, weight_grad_call
+from grouped_cases import (batched_call, ends, groups, moe_call, on, sliced_scales, torch_scale_layout,
+                           weight_grad_call)
 from grouped_validation_cases import CASES as ERROR_CASES
 
 DEV = "cuda"
@@ -49,6 +50,10 @@ GPU_CASES = {
     "2d3d block-wise, one K group": lambda: moe_call([5, 0, 1, 37], 256, 112, blockwise=True),
     "2d3d block-wise, one K group, torch's scale layout": lambda: torch_scale_layout(
         moe_call([5, 0, 1, 37], 256, 128, blockwise=True)),
+    # scales sliced from wider tensors (NaN past the slice): rows of scale_a and of each weight's scales apart
+    "2d3d block-wise, sliced scales": lambda: sliced_scales(
+        moe_call([5, 0, 1, 37, 16, 3], 384, 640, blockwise=True, bias=True)),
+    "3d3d block-wise, sliced scales": lambda: sliced_scales(batched_call(3, 65, 256, 384, blockwise=True)),
     # Few rows per group on average but more than SPLIT_ROWS in all: the split kernels, one group past SPLIT_ROWS.
     "2d3d skewed groups": lambda: moe_call(SKEWED["a dominant group"], 256, 512, bias=True, extra_rows=5),
     "2d3d block-wise, skewed groups": lambda: moe_call(SKEWED["a large group among others"], 384, 640,
@@ -258,10 +263,12 @@ def test_an_output_the_cuda_kernels_do_not_write_is_refused(blockwise):
         fp8ext.scaled_grouped_mm(*args, **kw)
 
 
-@pytest.mark.parametrize("blockwise", [False, True])
+@pytest.mark.parametrize("scaling", ["row-wise", "block-wise", "block-wise, torch's scale layout"])
 @pytest.mark.parametrize("expected_m", [8, None])  # the swapped kernel, the cooperative one (M_max = 96)
-def test_a_masked_call_against_float64_and_replayed_with_new_counts(blockwise, expected_m):
-    (a, b, sa, sb), kw = on(DEV, batched_call(4, 96, 256, 384, blockwise=blockwise, bias=True))
+def test_a_masked_call_against_float64_and_replayed_with_new_counts(scaling, expected_m):
+    blockwise = scaling != "row-wise"
+    call = batched_call(4, 96, 256, 384, blockwise=blockwise, bias=True)
+    (a, b, sa, sb), kw = on(DEV, torch_scale_layout(call) if "torch" in scaling else call)
     counts = torch.tensor([96, 0, 1, 37], dtype=torch.int32, device=DEV)
 
     def call():
@@ -287,7 +294,8 @@ def test_a_masked_call_against_float64_and_replayed_with_new_counts(blockwise, e
 
 @pytest.mark.parametrize("kernel", sorted(kernel_names()) if torch.cuda.is_available() else ["<no GPU>"])
 @pytest.mark.parametrize("case", ["2d3d decode-sized groups", "3d3d large M", "2d2d small M, an empty K slice",
-                                  "2d3d block-wise, large groups", "2d3d block-wise, torch's scale layout"])
+                                  "2d3d block-wise, large groups", "2d3d block-wise, torch's scale layout",
+                                  "2d3d block-wise, sliced scales"])
 def test_every_kernel_by_name_against_float64(kernel, case):
     args, kw = on(DEV, GPU_CASES[case]())
     blockwise = args[2].dim() == args[0].dim()

@@ -117,6 +117,12 @@ sm90::GroupedParams grouped_params(const Tensor& a, const Tensor& b, const Tenso
   return p;
 }
 
+// Whether block-wise scales `s` hold each row's K groups side by side (dimension `q`) and the rows one after
+// another (dimension `rows`), the one layout the grouped blockwise kernels read (run_grouped).
+bool rows_of_k_groups(const Tensor& s, int64_t rows, int64_t q) {
+  return (s.size(q) <= 1 || s.stride(q) == 1) && (s.size(rows) <= 1 || s.stride(rows) == s.size(q));
+}
+
 // The named kernel, which must take the call's scales (block-wise kernels are named grp_bw_...).
 const sm90::GroupedKernelEntry& named_kernel(const GroupedMmProblem& p, const std::string& name) {
   const sm90::GroupedKernelEntry* kernel = sm90::GroupedRegistry::find(name);
@@ -149,15 +155,18 @@ Tensor run_grouped(const Tensor& a, const Tensor& b, const Tensor& scale_a, cons
   const sm90::GroupedKernelEntry& kernel =
       kernel_name.empty() ? grouped_kernel(problem, use_fast_accum, expected_m) : named_kernel(problem, kernel_name);
   const cudaStream_t stream = current_cuda_stream(device);
-  // Block-wise scale_a goes to the kernels with its K groups contiguous: CUTLASS's grouped blockwise mainloop read
-  // scale_a wrong (every group, every shape) when the groups were apart, as in torch's layout (strides (1, T)),
-  // which quantize_blockwise returns, though its layouts take the strides. Such a scale_a is copied here, once
-  // per call (a T x ceil(K / 128) float tensor).
-  const int64_t q = scale_a.dim() - 1;
-  const Tensor sa = problem.blockwise && scale_a.size(q) > 1 && scale_a.stride(q) != 1 ? st::contiguous(scale_a)
-                                                                                        : scale_a;
+  // CUTLASS's grouped blockwise mainloop does not read the scale layouts it is given: it rebuilds each group's from
+  // the group's extents, K groups side by side and one row (scale_a: per token; scale_b: per 128 weight columns)
+  // after another. Block-wise scales in any other layout (torch's scale_a, strides (1, T), which quantize_blockwise
+  // returns; a slice of a wider tensor) are copied into that one here, once per call.
+  const bool blockwise = problem.blockwise;
+  const int64_t d = scale_a.dim();
+  const Tensor sa = blockwise && !rows_of_k_groups(scale_a, d - 2, d - 1) ? st::contiguous(scale_a) : scale_a;
+  const Tensor sb = blockwise && !rows_of_k_groups(scale_b, 2, 1)
+                        ? st::transpose(st::contiguous(st::transpose(scale_b, 1, 2)), 1, 2)
+                        : scale_b;
   sm90::GroupedParams p =
-      grouped_params(a, b, sa, scale_b, offs, bias, problem, out, props.multiProcessorCount, stream);
+      grouped_params(a, b, sa, sb, offs, bias, problem, out, props.multiProcessorCount, stream);
   p.counts = masked_m.has_value() ? static_cast<const int32_t*>(masked_m->const_data_ptr()) : nullptr;
   p.split_rows = split_rows(problem, use_fast_accum);  // read by split kernels only
   const sm90::LaunchResult r = launch(kernel, p, a);  // the tables and CUTLASS's workspace from the caching allocator

@@ -35,9 +35,10 @@ def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, s
     Scales, float32: row-wise in torch's shapes (``scale_a [T]``, ``[G, M]`` or ``[G * M]``; ``scale_b [G, N]``
     or ``[G * N]``), or block-wise in DeepSeek-V3's (``scale_a [T, ceil(K/128)]`` or ``[G, M, ceil(K/128)]``,
     ``scale_b [G, ceil(K/128), ceil(N/128)]`` as ``s.transpose(-2, -1)`` of the weights' scales), not in the
-    2d x 2d layout. On CUDA a block-wise ``scale_a`` whose K groups are not contiguous (torch's layout, strides
-    ``(1, T)``, as ``quantize_blockwise`` returns it) is copied to row-major once per call, a small extra kernel;
-    a row-major ``scale_a`` avoids it. ``bias [G, N]`` in ``out_dtype`` (bfloat16 by default, float16 or
+    2d x 2d layout. The CUDA kernels read block-wise scales in one layout, each row's K groups side by side
+    (``scale_a`` row-major; ``scale_b`` as above, from contiguous weight scales); others (torch's ``scale_a``,
+    strides ``(1, T)``, as ``quantize_blockwise`` returns it, or slices of wider tensors) are copied to it once per
+    call, a small extra kernel. ``bias [G, N]`` in ``out_dtype`` (bfloat16 by default, float16 or
     float32). Operands are ``torch.float8_e4m3fn``; at most 1023 groups.
 
     Every check that metadata decides runs before anything is allocated. The values of ``offs`` (non-decreasing,

@@ -46,7 +46,8 @@ struct GroupedParams {
   // a's, r, and the group stride 0), scale_b(g, j) at scale_b + g * scale_b_group_stride + j.
   // Block-wise: scale_a(g, i, q) at scale_a + g * scale_a_group_stride + i * sa_stride_m + q * sa_stride_q for
   // K group q, scale_b(g, q, h) at scale_b + g * scale_b_group_stride + q * sb_stride_q + h * sb_stride_n for
-  // block h of 128 columns.
+  // block h of 128 columns. The block-wise kernels take only sa_stride_q = sb_stride_q = 1 and sa_stride_m =
+  // sb_stride_n = ceil(K / 128): CUTLASS's mainloop rebuilds those layouts from the extents (run_grouped copies others).
   const float* scale_a = nullptr;
   int64_t scale_a_group_stride = 0, sa_stride_m = 1, sa_stride_q = 0;
   const float* scale_b = nullptr;
