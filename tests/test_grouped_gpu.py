@@ -267,8 +267,8 @@ def test_an_output_the_cuda_kernels_do_not_write_is_refused(blockwise):
 @pytest.mark.parametrize("expected_m", [8, None])  # the swapped kernel, the cooperative one (M_max = 96)
 def test_a_masked_call_against_float64_and_replayed_with_new_counts(scaling, expected_m):
     blockwise = scaling != "row-wise"
-    call = batched_call(4, 96, 256, 384, blockwise=blockwise, bias=True)
-    (a, b, sa, sb), kw = on(DEV, torch_scale_layout(call) if "torch" in scaling else call)
+    built = batched_call(4, 96, 256, 384, blockwise=blockwise, bias=True)
+    (a, b, sa, sb), kw = on(DEV, torch_scale_layout(built) if "torch" in scaling else built)
     counts = torch.tensor([96, 0, 1, 37], dtype=torch.int32, device=DEV)
 
     def call():
