@@ -10,8 +10,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import fit_grouped_dispatch as fit  # noqa: E402
 
-KERNELS = {("rowwise", "fast"): ("grp_swap_pp_64x32x128_c1x1_fast_bf16", "grp_coop_128x128x128_c1x1_fast_bf16"),
-           ("rowwise", "precise"): ("grp_swap_pp_64x32x128_c1x1_precise_bf16",
+KERNELS = {("rowwise", "fast"): ("grp_swap_pp_128x32x128_c1x1_fast_bf16", "grp_coop_128x128x128_c1x1_fast_bf16"),
+           ("rowwise", "precise"): ("grp_swap_pp_128x32x128_c1x1_precise_bf16",
                                     "grp_coop_128x128x128_c1x1_precise_bf16"),
            ("blockwise", "precise"): ("grp_bw_swap_coop_128x32x128_c1x1_bf16", "grp_bw_coop_128x128x128_c1x1_bf16")}
 

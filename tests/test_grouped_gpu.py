@@ -73,7 +73,7 @@ SAME_TILE = {"grp_coop_128x128x128_c1x1_fast_bf16": "pp_128x128x128_c1x2_fast_bf
 
 
 def test_the_build_has_every_grouped_kernel():
-    assert kernel_names() == {f"grp_{k}_{a}_bf16" for k in ("swap_pp_64x32x128_c1x1", "coop_128x128x128_c1x1",
+    assert kernel_names() == {f"grp_{k}_{a}_bf16" for k in ("swap_pp_128x32x128_c1x1", "coop_128x128x128_c1x1",
                                                             "split") for a in ("fast", "precise")} | {
         "grp_bw_swap_coop_128x32x128_c1x1_bf16", "grp_bw_coop_128x128x128_c1x1_bf16", "grp_bw_split_bf16"}
 
@@ -97,9 +97,9 @@ def test_each_group_equals_scaled_mm_on_the_same_tile_bit_for_bit(kernel, bias):
                 assert torch.equal(part(out), want), f"{kernel}: group {g} of {a.size(0)} rows"
 
 
-SPLITS = {"fast": ("grp_split_fast_bf16", "grp_swap_pp_64x32x128_c1x1_fast_bf16",
+SPLITS = {"fast": ("grp_split_fast_bf16", "grp_swap_pp_128x32x128_c1x1_fast_bf16",
                    "grp_coop_128x128x128_c1x1_fast_bf16"),
-          "precise": ("grp_split_precise_bf16", "grp_swap_pp_64x32x128_c1x1_precise_bf16",
+          "precise": ("grp_split_precise_bf16", "grp_swap_pp_128x32x128_c1x1_precise_bf16",
                       "grp_coop_128x128x128_c1x1_precise_bf16"),
           "blockwise": ("grp_bw_split_bf16", "grp_bw_swap_coop_128x32x128_c1x1_bf16",
                         "grp_bw_coop_128x128x128_c1x1_bf16")}

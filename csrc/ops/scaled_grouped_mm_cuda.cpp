@@ -64,7 +64,7 @@ const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool u
   const std::string name =
       split ? (p.blockwise ? std::string("grp_bw_split_bf16") : str("grp_split_", accum, "_bf16"))
       : p.blockwise ? str(few ? "grp_bw_swap_coop_128x32x128_c1x1" : "grp_bw_coop_128x128x128_c1x1", "_bf16")
-                    : str(few ? "grp_swap_pp_64x32x128_c1x1_" : "grp_coop_128x128x128_c1x1_", accum, "_bf16");
+                    : str(few ? "grp_swap_pp_128x32x128_c1x1_" : "grp_coop_128x128x128_c1x1_", accum, "_bf16");
   const sm90::GroupedKernelEntry* kernel = sm90::GroupedRegistry::find(name);
   FP8EXT_CHECK(kernel != nullptr, "fp8ext.scaled_grouped_mm: this build has no grouped kernel '", name,
                "' (built with FP8EXT_KERNELS naming a subset)");

@@ -183,10 +183,11 @@ class GroupedRow(Row):
 
 
 # Grouped (scaled_grouped_mm, bf16 output): many groups of a few tokens (MoE decode) swapped, so a group's tokens
-# are the MMA's narrow N; groups of a hundred tokens and more on the 128 x 128 cooperative tile. Block-wise alike,
-# the swapped tile 128 rows deep so that it holds whole 128-row weight scale blocks.
+# are the MMA's narrow N; groups of a hundred tokens and more on the 128 x 128 cooperative tile. The swapped tile is
+# 128 weight rows deep: half as many tiles as 64 rows, each a longer weight read, faster at decode (docs/decisions.md);
+# block-wise it must be, to hold whole 128-row weight scale blocks.
 GROUPED_ROWS = [GroupedRow(*shape, accum, "bf16", swap_ab=swap) for accum in ("fast", "precise")
-                for *shape, swap in (("pp", (64, 32, 128), (1, 1), True), ("coop", (128, 128, 128), (1, 1), False))] + [
+                for *shape, swap in (("pp", (128, 32, 128), (1, 1), True), ("coop", (128, 128, 128), (1, 1), False))] + [
     GroupedRow("coop", tile, (1, 1), "precise", "bf16", swap_ab=swap, blockwise=True)
     for tile, swap in (((128, 32, 128), True), ((128, 128, 128), False))]
 
