@@ -69,13 +69,16 @@ def kernel_names():
 # cluster shape and schedule change which SMs share a load and which warps hold a tile, not a sum): the same bits,
 # group by group.
 SAME_TILE = {"grp_coop_128x128x128_c1x1_fast_bf16": "pp_128x128x128_c1x2_fast_bf16",
+             "grp_coop_256x128x128_c1x1_fast_bf16": "coop_256x128x128_c1x2_fast_bf16",
+             "grp_coop_128x256x128_c1x1_fast_bf16": "coop_128x256x128_c2x1_fast_bf16",
              "grp_coop_128x128x128_c1x1_precise_bf16": "coop_128x128x128_c1x2_precise_bf16"}
 
 
 def test_the_build_has_every_grouped_kernel():
     assert kernel_names() == {f"grp_{k}_{a}_bf16" for k in ("swap_pp_128x32x128_c1x1", "coop_128x128x128_c1x1",
                                                             "split") for a in ("fast", "precise")} | {
-        "grp_bw_swap_coop_128x32x128_c1x1_bf16", "grp_bw_coop_128x128x128_c1x1_bf16", "grp_bw_split_bf16"}
+        "grp_bw_swap_coop_128x32x128_c1x1_bf16", "grp_bw_coop_128x128x128_c1x1_bf16", "grp_bw_split_bf16",
+        "grp_coop_256x128x128_c1x1_fast_bf16", "grp_coop_128x256x128_c1x1_fast_bf16"}
 
 
 def named(args, kw, fast, kernel):

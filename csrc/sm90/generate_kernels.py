@@ -190,6 +190,8 @@ GROUPED_ROWS = [GroupedRow(*shape, accum, "bf16", swap_ab=swap) for accum in ("f
                 for *shape, swap in (("pp", (128, 32, 128), (1, 1), True), ("coop", (128, 128, 128), (1, 1), False))] + [
     GroupedRow("coop", tile, (1, 1), "precise", "bf16", swap_ab=swap, blockwise=True)
     for tile, swap in (((128, 32, 128), True), ((128, 128, 128), False))]
+GROUPED_ROWS += [GroupedRow("coop", tile, cluster, "fast", "bf16") for tile, cluster in
+                 (((256, 128, 128), (1, 1)), ((128, 256, 128), (1, 1)))]
 
 
 # Split kernels (grouped/grouped_gemm.cuh, grouped_split_launch): each small-tile grouped kernel above with the
@@ -201,7 +203,8 @@ def _split_name(small: GroupedRow) -> str:
 
 
 GROUPED_SPLITS = {small: large for small in GROUPED_ROWS if small.swap_ab for large in GROUPED_ROWS
-                  if not large.swap_ab and (large.blockwise, large.accum, large.out) ==
+                  if not large.swap_ab and large.tile == (128, 128, 128) and large.cluster == (1, 1) and
+                  (large.blockwise, large.accum, large.out) ==
                   (small.blockwise, small.accum, small.out)}
 
 
