@@ -17,7 +17,7 @@ from grouped_validation_cases import CASES as ERROR_CASES
 DEV = "cuda"
 pytestmark = pytest.mark.gpu
 
-# Groups of a few rows (the swapped 64 x 32 kernel) and of a hundred and more (the 128 x 128 cooperative one), each
+# Groups of a few rows (the swapped 128 x 32 kernel) and of a hundred and more (the 128 x 128 or 128 x 256 one), each
 # with empty, 1-row and unaligned groups; and one large group among many small ones (the split kernels).
 INC = Path(__file__).resolve().parent.parent / "csrc" / "sm90" / "grouped" / "grouped_dispatch.inc"
 LIMITS = dict(re.findall(r"kSplitMaxGroupRows_(\w+) = (\d+);", INC.read_text()))
@@ -65,11 +65,10 @@ def kernel_names():
     return set(torch.ops.fp8ext._grouped_kernel_names())
 
 
-# Each 128 x 128 row-wise grouped kernel and an fp8ext.scaled_mm kernel of the same tile and accumulation (the
+# Each 128 x 128 and 128 x 256 row-wise grouped kernel and an fp8ext.scaled_mm kernel of the same tile and accumulation (the
 # cluster shape and schedule change which SMs share a load and which warps hold a tile, not a sum): the same bits,
 # group by group.
 SAME_TILE = {"grp_coop_128x128x128_c1x1_fast_bf16": "pp_128x128x128_c1x2_fast_bf16",
-             "grp_coop_256x128x128_c1x1_fast_bf16": "coop_256x128x128_c1x2_fast_bf16",
              "grp_coop_128x256x128_c1x1_fast_bf16": "coop_128x256x128_c2x1_fast_bf16",
              "grp_coop_128x128x128_c1x1_precise_bf16": "coop_128x128x128_c1x2_precise_bf16"}
 
@@ -78,7 +77,7 @@ def test_the_build_has_every_grouped_kernel():
     assert kernel_names() == {f"grp_{k}_{a}_bf16" for k in ("swap_pp_128x32x128_c1x1", "coop_128x128x128_c1x1",
                                                             "split") for a in ("fast", "precise")} | {
         "grp_bw_swap_coop_128x32x128_c1x1_bf16", "grp_bw_coop_128x128x128_c1x1_bf16", "grp_bw_split_bf16",
-        "grp_coop_256x128x128_c1x1_fast_bf16", "grp_coop_128x256x128_c1x1_fast_bf16"}
+        "grp_coop_128x256x128_c1x1_fast_bf16"}
 
 
 def named(args, kw, fast, kernel):

@@ -190,8 +190,10 @@ GROUPED_ROWS = [GroupedRow(*shape, accum, "bf16", swap_ab=swap) for accum in ("f
                 for *shape, swap in (("pp", (128, 32, 128), (1, 1), True), ("coop", (128, 128, 128), (1, 1), False))] + [
     GroupedRow("coop", tile, (1, 1), "precise", "bf16", swap_ab=swap, blockwise=True)
     for tile, swap in (((128, 32, 128), True), ((128, 128, 128), False))]
-GROUPED_ROWS += [GroupedRow("coop", tile, cluster, "fast", "bf16") for tile, cluster in
-                 (((256, 128, 128), (1, 1)), ((128, 256, 128), (1, 1)))]
+# Groups averaging more rows than kNarrowMaxRowsPerGroup (grouped_dispatch.inc), fast accumulation: 128 x 256, half the
+# A reads of the 128 x 128 tile per FLOP and no more padding along the rows (docs/decisions.md). Precise has none: a
+# 64 x 256 share and its promotion copy do not fit twice in the registers (row-wise rows above).
+GROUPED_ROWS.append(GroupedRow("coop", (128, 256, 128), (1, 1), "fast", "bf16"))
 
 
 # Split kernels (grouped/grouped_gemm.cuh, grouped_split_launch): each small-tile grouped kernel above with the
