@@ -1,6 +1,6 @@
 """tools/fit_grouped_dispatch.py without a GPU: on rows whose best kernel changes at a known number of rows per group
 (or, routed to one expert, rows in that group), the fitted limit falls between the rows either side of it; the
-written include holds each family's limits."""
+written include holds each family's limits; above the swap limit, the 128 x 256 tile's limit likewise."""
 import json
 import random
 import sys
@@ -10,8 +10,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import fit_grouped_dispatch as fit  # noqa: E402
 
-KERNELS = {("rowwise", "fast"): ("grp_swap_pp_64x32x128_c1x1_fast_bf16", "grp_coop_128x128x128_c1x1_fast_bf16"),
-           ("rowwise", "precise"): ("grp_swap_pp_64x32x128_c1x1_precise_bf16",
+KERNELS = {("rowwise", "fast"): ("grp_swap_pp_128x32x128_c1x1_fast_bf16", "grp_coop_128x128x128_c1x1_fast_bf16"),
+           ("rowwise", "precise"): ("grp_swap_pp_128x32x128_c1x1_precise_bf16",
                                     "grp_coop_128x128x128_c1x1_precise_bf16"),
            ("blockwise", "precise"): ("grp_bw_swap_coop_128x32x128_c1x1_bf16", "grp_bw_coop_128x128x128_c1x1_bf16")}
 
@@ -76,18 +76,47 @@ def test_the_split_limit_falls_at_each_familys_one_expert_crossover():
         assert fit.score(rows, got, key="largest_group") == (1.0, 1.0)
 
 
+WIDE = "grp_coop_128x256x128_c1x1_fast_bf16"
+
+
+def test_the_wide_tile_limit_falls_at_its_crossover():
+    """Rows above the swap limit whose 128 x 256 tile is faster beyond 150 rows per group: W falls between the
+    rows either side; a time of a kernel the build no longer has is no choice."""
+    rng = random.Random(2)
+    swap, coop = KERNELS[("rowwise", "fast")]
+    rows = []
+    for model in ("a", "b"):
+        for per_group in (24, 48, 96, 140, 300, 1000):
+            fast = rng.uniform(20, 900)
+            slow = fast * rng.uniform(1.05, 1.4)
+            times = {coop: fast, WIDE: slow} if per_group <= 150 else {coop: slow, WIDE: fast}
+            times.update({swap: 3 * fast, "grp_coop_999x128x128_c1x1_fast_bf16": fast / 3})
+            rows.append({"model": model, "scaling": "rowwise", "accum": "fast", "rows": int(per_group * 8),
+                         "rows_per_group": per_group, "kernels_us": times})
+    got_rows = fit.family_rows([{"rows": rows}], "rowwise_fast")
+    assert all("grp_coop_999x128x128_c1x1_fast_bf16" not in r["times"] for r in got_rows)
+    got = fit.fit(got_rows, rule=fit.pick_wide)
+    assert 140 <= got < 300, got
+    assert fit.score(got_rows, got, rule=fit.pick_wide) == (1.0, 1.0)
+
+
 def test_the_include_holds_every_familys_limits(tmp_path, monkeypatch):
     monkeypatch.setattr(fit, "INC", tmp_path / "grouped_dispatch.inc")
     fit.write({"rowwise_fast": 46.5, "rowwise_precise": 61.5, "blockwise": 26.5},
-              {"rowwise_fast": 160.0, "rowwise_precise": 82.5, "blockwise": 384.0})
+              {"rowwise_fast": 160.0, "rowwise_precise": 82.5, "blockwise": 384.0}, {"rowwise_fast": 57.6})
     text = fit.INC.read_text()
     for line in ("kSwapMaxRowsPerGroup_rowwise_fast = 46.5;", "kSwapMaxRowsPerGroup_rowwise_precise = 61.5;",
                  "kSwapMaxRowsPerGroup_blockwise = 26.5;", "kSplitMaxGroupRows_rowwise_fast = 160;",
-                 "kSplitMaxGroupRows_rowwise_precise = 82;", "kSplitMaxGroupRows_blockwise = 384;"):
+                 "kSplitMaxGroupRows_rowwise_precise = 82;", "kSplitMaxGroupRows_blockwise = 384;",
+                 "kNarrowMaxRowsPerGroup_rowwise_fast = 57.6;"):
         assert line in text
+    assert fit.compiled() == {"Swap": {"rowwise_fast": 46.5, "rowwise_precise": 61.5, "blockwise": 26.5},
+                              "Split": {"rowwise_fast": 160, "rowwise_precise": 82, "blockwise": 384},
+                              "Narrow": {"rowwise_fast": 57.6}}
 
 
 def test_the_compiled_in_include_names_every_family():
     text = (ROOT / "csrc" / "sm90" / "grouped" / "grouped_dispatch.inc").read_text()
     assert all(f"kSwapMaxRowsPerGroup_{family} =" in text and f"kSplitMaxGroupRows_{family} =" in text
                for family in fit.FAMILIES)
+    assert "kNarrowMaxRowsPerGroup_rowwise_fast =" in text  # the one family with a 128 x 256 tile

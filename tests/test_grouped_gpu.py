@@ -17,7 +17,7 @@ from grouped_validation_cases import CASES as ERROR_CASES
 DEV = "cuda"
 pytestmark = pytest.mark.gpu
 
-# Groups of a few rows (the swapped 64 x 32 kernel) and of a hundred and more (the 128 x 128 cooperative one), each
+# Groups of a few rows (the swapped 128 x 32 kernel) and of a hundred and more (the 128 x 128 or 128 x 256 one), each
 # with empty, 1-row and unaligned groups; and one large group among many small ones (the split kernels).
 INC = Path(__file__).resolve().parent.parent / "csrc" / "sm90" / "grouped" / "grouped_dispatch.inc"
 LIMITS = dict(re.findall(r"kSplitMaxGroupRows_(\w+) = (\d+);", INC.read_text()))
@@ -65,17 +65,19 @@ def kernel_names():
     return set(torch.ops.fp8ext._grouped_kernel_names())
 
 
-# Each 128 x 128 row-wise grouped kernel and an fp8ext.scaled_mm kernel of the same tile and accumulation (the
+# Each 128 x 128 and 128 x 256 row-wise grouped kernel and an fp8ext.scaled_mm kernel of the same tile and accumulation (the
 # cluster shape and schedule change which SMs share a load and which warps hold a tile, not a sum): the same bits,
 # group by group.
 SAME_TILE = {"grp_coop_128x128x128_c1x1_fast_bf16": "pp_128x128x128_c1x2_fast_bf16",
+             "grp_coop_128x256x128_c1x1_fast_bf16": "coop_128x256x128_c2x1_fast_bf16",
              "grp_coop_128x128x128_c1x1_precise_bf16": "coop_128x128x128_c1x2_precise_bf16"}
 
 
 def test_the_build_has_every_grouped_kernel():
-    assert kernel_names() == {f"grp_{k}_{a}_bf16" for k in ("swap_pp_64x32x128_c1x1", "coop_128x128x128_c1x1",
+    assert kernel_names() == {f"grp_{k}_{a}_bf16" for k in ("swap_pp_128x32x128_c1x1", "coop_128x128x128_c1x1",
                                                             "split") for a in ("fast", "precise")} | {
-        "grp_bw_swap_coop_128x32x128_c1x1_bf16", "grp_bw_coop_128x128x128_c1x1_bf16", "grp_bw_split_bf16"}
+        "grp_bw_swap_coop_128x32x128_c1x1_bf16", "grp_bw_coop_128x128x128_c1x1_bf16", "grp_bw_split_bf16",
+        "grp_coop_128x256x128_c1x1_fast_bf16"}
 
 
 def named(args, kw, fast, kernel):
@@ -97,9 +99,9 @@ def test_each_group_equals_scaled_mm_on_the_same_tile_bit_for_bit(kernel, bias):
                 assert torch.equal(part(out), want), f"{kernel}: group {g} of {a.size(0)} rows"
 
 
-SPLITS = {"fast": ("grp_split_fast_bf16", "grp_swap_pp_64x32x128_c1x1_fast_bf16",
+SPLITS = {"fast": ("grp_split_fast_bf16", "grp_swap_pp_128x32x128_c1x1_fast_bf16",
                    "grp_coop_128x128x128_c1x1_fast_bf16"),
-          "precise": ("grp_split_precise_bf16", "grp_swap_pp_64x32x128_c1x1_precise_bf16",
+          "precise": ("grp_split_precise_bf16", "grp_swap_pp_128x32x128_c1x1_precise_bf16",
                       "grp_coop_128x128x128_c1x1_precise_bf16"),
           "blockwise": ("grp_bw_split_bf16", "grp_bw_swap_coop_128x32x128_c1x1_bf16",
                         "grp_bw_coop_128x128x128_c1x1_bf16")}

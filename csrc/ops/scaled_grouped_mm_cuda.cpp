@@ -20,7 +20,7 @@
 #include "ops/torch_calls.h"
 #include "sm90/grouped/grouped_params.h"
 
-#include "sm90/grouped/grouped_dispatch.inc"  // kSwapMaxRowsPerGroup_*, kSplitMaxGroupRows_*
+#include "sm90/grouped/grouped_dispatch.inc"  // kSwapMaxRowsPerGroup_*, kSplitMaxGroupRows_*, kNarrowMax*
 
 namespace fp8ext {
 namespace {
@@ -44,7 +44,8 @@ int64_t split_rows(const GroupedMmProblem& p, bool use_fast_accum) {
 
 // The kernel for a call, from what the host knows: groups that average at most a fitted number of rows (MoE
 // decode: a few tokens per expert; a masked call's expected_m, else its M) on swapped tiles 32 tokens wide, where a
-// group's tokens fill the MMA's narrow N side; larger groups on the 128 x 128 cooperative tile. A 2d x 3d call of
+// group's tokens fill the MMA's narrow N side; larger groups on the 128 x 128 cooperative tile, or with fast
+// accumulation above a fitted mean (kNarrowMaxRowsPerGroup) on the 128 x 256 one. A 2d x 3d call of
 // few rows per group but more rows in all than split_rows() may still hold a large group (routing skewed to one
 // expert), which the swapped tile runs at a fraction of the large tile's speed: it gets the family's split kernel,
 // which sends each group to one of the two tiles on the device (grouped_gemm.cuh, grouped_prologue). The limits,
@@ -60,11 +61,13 @@ const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool u
                                           : kSwapMaxRowsPerGroup_rowwise_precise;
   const bool few = rows_per_group <= limit;
   const bool split = few && p.layout == GroupedLayout::k2d3d && p.M > split_rows(p, use_fast_accum);
+  const bool wide = !few && !p.blockwise && use_fast_accum && rows_per_group > kNarrowMaxRowsPerGroup_rowwise_fast;
   const char* accum = use_fast_accum ? "fast" : "precise";
   const std::string name =
       split ? (p.blockwise ? std::string("grp_bw_split_bf16") : str("grp_split_", accum, "_bf16"))
       : p.blockwise ? str(few ? "grp_bw_swap_coop_128x32x128_c1x1" : "grp_bw_coop_128x128x128_c1x1", "_bf16")
-                    : str(few ? "grp_swap_pp_64x32x128_c1x1_" : "grp_coop_128x128x128_c1x1_", accum, "_bf16");
+      : wide        ? std::string("grp_coop_128x256x128_c1x1_fast_bf16")
+                    : str(few ? "grp_swap_pp_128x32x128_c1x1_" : "grp_coop_128x128x128_c1x1_", accum, "_bf16");
   const sm90::GroupedKernelEntry* kernel = sm90::GroupedRegistry::find(name);
   FP8EXT_CHECK(kernel != nullptr, "fp8ext.scaled_grouped_mm: this build has no grouped kernel '", name,
                "' (built with FP8EXT_KERNELS naming a subset)");

@@ -183,12 +183,17 @@ class GroupedRow(Row):
 
 
 # Grouped (scaled_grouped_mm, bf16 output): many groups of a few tokens (MoE decode) swapped, so a group's tokens
-# are the MMA's narrow N; groups of a hundred tokens and more on the 128 x 128 cooperative tile. Block-wise alike,
-# the swapped tile 128 rows deep so that it holds whole 128-row weight scale blocks.
+# are the MMA's narrow N; groups of a hundred tokens and more on the 128 x 128 cooperative tile. The swapped tile is
+# 128 weight rows deep: half as many tiles as 64 rows, each a longer weight read, faster at decode (docs/decisions.md);
+# block-wise it must be, to hold whole 128-row weight scale blocks.
 GROUPED_ROWS = [GroupedRow(*shape, accum, "bf16", swap_ab=swap) for accum in ("fast", "precise")
-                for *shape, swap in (("pp", (64, 32, 128), (1, 1), True), ("coop", (128, 128, 128), (1, 1), False))] + [
+                for *shape, swap in (("pp", (128, 32, 128), (1, 1), True), ("coop", (128, 128, 128), (1, 1), False))] + [
     GroupedRow("coop", tile, (1, 1), "precise", "bf16", swap_ab=swap, blockwise=True)
     for tile, swap in (((128, 32, 128), True), ((128, 128, 128), False))]
+# Groups averaging more rows than kNarrowMaxRowsPerGroup (grouped_dispatch.inc), fast accumulation: 128 x 256, half the
+# A reads of the 128 x 128 tile per FLOP and no more padding along the rows (docs/decisions.md). Precise has none: a
+# 64 x 256 share and its promotion copy do not fit twice in the registers (row-wise rows above).
+GROUPED_ROWS.append(GroupedRow("coop", (128, 256, 128), (1, 1), "fast", "bf16"))
 
 
 # Split kernels (grouped/grouped_gemm.cuh, grouped_split_launch): each small-tile grouped kernel above with the
@@ -200,7 +205,8 @@ def _split_name(small: GroupedRow) -> str:
 
 
 GROUPED_SPLITS = {small: large for small in GROUPED_ROWS if small.swap_ab for large in GROUPED_ROWS
-                  if not large.swap_ab and (large.blockwise, large.accum, large.out) ==
+                  if not large.swap_ab and large.tile == (128, 128, 128) and large.cluster == (1, 1) and
+                  (large.blockwise, large.accum, large.out) ==
                   (small.blockwise, small.accum, small.out)}
 
 

@@ -2,10 +2,10 @@
 #include "sm90/grouped/grouped_gemm.cuh"
 
 namespace {
-using Config = ::fp8ext::sm90::GroupedConfig<64, 32, 128, 1, 1, ::fp8ext::sm90::Schedule::kPingpong, ::fp8ext::sm90::Accum::kPrecise, ::fp8ext::sm90::OutType::kBF16, true, false>;
+using Config = ::fp8ext::sm90::GroupedConfig<128, 32, 128, 1, 1, ::fp8ext::sm90::Schedule::kPingpong, ::fp8ext::sm90::Accum::kPrecise, ::fp8ext::sm90::OutType::kBF16, true, false>;
 }
 
-FP8EXT_SM90_GROUPED_KERNEL("grp_swap_pp_64x32x128_c1x1_precise_bf16", Config)
+FP8EXT_SM90_GROUPED_KERNEL("grp_swap_pp_128x32x128_c1x1_precise_bf16", Config)
 
 namespace {
 using LargeConfig = ::fp8ext::sm90::GroupedConfig<128, 128, 128, 1, 1, ::fp8ext::sm90::Schedule::kCooperative, ::fp8ext::sm90::Accum::kPrecise, ::fp8ext::sm90::OutType::kBF16, false, false>;
