@@ -65,9 +65,9 @@ def kernel_names():
     return set(torch.ops.fp8ext._grouped_kernel_names())
 
 
-# Each 128 x 128 and 128 x 256 row-wise grouped kernel and an fp8ext.scaled_mm kernel of the same tile and accumulation (the
-# cluster shape and schedule change which SMs share a load and which warps hold a tile, not a sum): the same bits,
-# group by group.
+# Each 128 x 128 and 128 x 256 row-wise grouped kernel and an fp8ext.scaled_mm kernel of the same tile and
+# accumulation (the cluster shape and schedule change which SMs share a load and which warps hold a tile, not a sum):
+# the same bits, group by group.
 SAME_TILE = {"grp_coop_128x128x128_c1x1_fast_bf16": "pp_128x128x128_c1x2_fast_bf16",
              "grp_coop_128x256x128_c1x1_fast_bf16": "coop_128x256x128_c2x1_fast_bf16",
              "grp_coop_128x128x128_c1x1_precise_bf16": "coop_128x128x128_c1x2_precise_bf16"}

@@ -77,18 +77,20 @@ def pick(row: dict, threshold: float, key: str = "rows_per_group") -> float:
     """The time of the kernel the rule picks on this row: swapped where row[key] <= threshold, else the 128 x 128
     tile."""
     want_swap = row[key] <= threshold
-    return min(t for k, t in row["times"].items() if swapped(k) == want_swap and not wide(k))
+    return min(t for k, t in row["times"].items() if AMONG[pick](k) and swapped(k) == want_swap)
 
 
 def pick_wide(row: dict, threshold: float, key: str = "rows_per_group") -> float:
     """Above the swap limit: the 128 x 128 tile where row[key] <= threshold, the wide tile above it."""
-    return min(t for k, t in row["times"].items() if not swapped(k) and wide(k) == (row[key] > threshold))
+    return min(t for k, t in row["times"].items() if AMONG[pick_wide](k) and wide(k) == (row[key] > threshold))
+
+
+AMONG = {pick: lambda k: not wide(k), pick_wide: lambda k: not swapped(k)}  # the kernels each rule chooses among
 
 
 def score(rows: list[dict], threshold: float, key: str = "rows_per_group", rule=pick) -> tuple[float, float]:
     """(geomean, worst) over the rows of the pick's time / the fastest of the kernels the rule chooses among."""
-    ratios = [rule(r, threshold, key) / min(t for k, t in r["times"].items() if rule is pick_wide or not wide(k))
-              for r in rows]
+    ratios = [rule(r, threshold, key) / min(t for k, t in r["times"].items() if AMONG[rule](k)) for r in rows]
     return math.exp(sum(map(math.log, ratios)) / len(ratios)), max(ratios)
 
 
