@@ -57,6 +57,12 @@ def test_written_coefficients_name_their_source(tmp_path, monkeypatch):
     assert '{"a_kernel", {1, 2, 3, 4}},' in out.read_text().splitlines()
 
 
+def test_only_built_kernels_and_torch_keep_their_coefficients():
+    kept = tune.built_only({"coop_128x128x128_c1x2_precise_bf16": [1.0] * 4, "a_dropped_kernel": [1.0] * 4,
+                            "torch_rowwise_fast": [2.0] * 4})
+    assert set(kept) == {"coop_128x128x128_c1x2_precise_bf16", "torch_rowwise_fast"}
+
+
 def test_the_committed_coefficients_come_from_committed_calibrations():
     sources = tune.coefficient_sources()
     assert sources and all((ROOT / s).is_file() for s in sources)

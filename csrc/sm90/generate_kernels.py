@@ -99,17 +99,17 @@ def _rows() -> list[Row]:
     rows += [Row("sk", (128, n, 128), (1, 1), "fast", "bf16", swap_ab=True) for n in (64, 128)]
     # Decode with the activations multicast: the two CTAs of a 2x1 cluster own neighbouring weight-row tiles and
     # read the same activation tile, which each then fetches half of from L2 (at M = 64-128 the activation tile is
-    # as large as a 64-row weight tile, or twice as large).
-    rows += [Row("pp", (64, n, 128), (2, 1), "fast", "bf16", swap_ab=True) for n in (32, 64, 128)]
+    # as large as a 64-row weight tile, or twice as large). The 64x16 and 64x32 versions, for M <= 32, were never
+    # the dispatch's pick and were dropped (docs/decisions.md).
+    rows += [Row("pp", (64, n, 128), (2, 1), "fast", "bf16", swap_ab=True) for n in (64, 128)]
     rows.append(Row("pp", (128, 128, 128), (2, 1), "fast", "bf16", swap_ab=True))
-    # The same multicast for M <= 16 on the largest weights, where the 64x32 tile's token half was wasted.
-    rows.append(Row("pp", (64, 16, 128), (2, 1), "fast", "bf16", swap_ab=True))
     # M = 65..128: four CTAs share the activation tile, so each fetches a quarter of it (its own 64-row weight tile
     # is half the bytes of that activation tile).
     rows.append(Row("pp", (64, 128, 128), (4, 1), "fast", "bf16", swap_ab=True))
     # Stream-K with the multicast, for the rows where stream-K evens out the waves at M = 16-128 (a 128-row weight
-    # tile count a little over a whole number of waves: 57344 rows = 448 tiles = 3.4 waves).
-    rows += [Row("sk", (128, n, 128), (2, 1), "fast", "bf16", swap_ab=True) for n in (32, 64, 128)]
+    # tile count a little over a whole number of waves: 57344 rows = 448 tiles = 3.4 waves); its 128x64 version was
+    # never the dispatch's pick and was dropped.
+    rows += [Row("sk", (128, n, 128), (2, 1), "fast", "bf16", swap_ab=True) for n in (32, 128)]
     # M = 129..512 on the largest weights: 256 tokens per tile, so at M = 256 each weight tile is read once per call
     # instead of once per 128 tokens (64 x 256 per consumer warpgroup: 128 accumulator registers in fast mode).
     # Its 1x1 twin and a 128x128 4x1 stream-K tile were measured beside it and dropped (docs/design.md).
@@ -142,8 +142,8 @@ def _rows() -> list[Row]:
     rows.append(Row("pp", (64, 128, 128), (1, 1), "precise", "bf16", overlap=True))
     rows.append(Row("coop", (128, 128, 128), (1, 2), "precise", "bf16", overlap=True))
     # The decode multicast of the fast rows (two CTAs of a cluster share the activation tile) for the overlapped
-    # precise kernels that serve M = 16-256.
-    rows += [Row("pp", (64, n, 128), (2, 1), "precise", "bf16", swap_ab=True, overlap=True) for n in (32, 64, 128)]
+    # precise kernels that serve M = 16-256 (the 64x32 version was never the dispatch's pick and was dropped).
+    rows += [Row("pp", (64, n, 128), (2, 1), "precise", "bf16", swap_ab=True, overlap=True) for n in (64, 128)]
     rows.append(Row("pp", (64, 128, 128), (1, 2), "precise", "bf16", overlap=True))
 
     # --- e5m2 activations x e4m3 weights (gradients), bf16 output: one large-M kernel per accumulation mode;
