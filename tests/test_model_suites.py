@@ -414,11 +414,16 @@ def test_decode_chain_rows_and_summary():
 
 
 def test_moe_summary_divides_measured_times_only():
-    res = {"prefill": [{"batch": 1, "seq": 8, "top1_agreement": {"fp8ext": 0.9},
-                        "eager": {"ms": {"bf16": 2.0, "fp8ext": 1.0, "fp8ext_loop": "failed: RuntimeError: x"}}}],
-           "decode": [{"batch": b, "graph": {"ms": {"bf16": 3.0 * b, "fp8ext": 2.0}},
+    res = {"variants": ["bf16", "fp8ext", "fp8ext_loop", "fp8ext_fused"],
+           "prefill": [{"batch": 1, "seq": 8, "top1_agreement": {"fp8ext": 0.9},
+                        "eager": {"ms": {"bf16": 2.0, "fp8ext": 1.0, "fp8ext_loop": "failed: RuntimeError: x",
+                                         "fp8ext_fused": 0.8}}}],
+           "decode": [{"batch": b, "graph": {"ms": {"bf16": 3.0 * b, "fp8ext": 2.0, "fp8ext_fused": "failed: x"}},
                        "eager": {"ms": {"fp8ext_loop": 4.0, "fp8ext": 1.0}}} for b in (1, 4)]}
     s = moe_suite.summarize(res)
+    assert s["prefill 1x8 fp8ext_fused/bf16 tok/s"] == 2.5
+    assert s["decode graph b=1 fp8ext_fused/bf16 tok/s"] == "not measured"
+    assert "decode graph fp8ext_fused/bf16, geomean over batches" not in s
     assert s["prefill 1x8 fp8ext/bf16 tok/s"] == 2.0
     assert s["prefill 1x8 fp8ext/fp8ext_loop"] == "not measured"
     assert s["prefill 1x8 top-1 agreement fp8ext"] == 0.9

@@ -8,6 +8,8 @@ Variants, on the same weights:
   its decode step replays as a CUDA graph; the eager experts read the routing on the host and cannot be captured);
 - fp8ext: fp8ext.convert (each experts module a Float8Experts: two fp8ext.scaled_grouped_mm calls per layer;
   the attention projections Float8Linear);
+- fp8ext_fused: fp8ext.convert(fuse_siblings=True): the same, with q, k and v one quantize and one GEMM (unless
+  --no-fused);
 - fp8ext_loop: the fp8ext model with each Float8Experts run as a loop of fp8ext.scaled_mm over the experts that
   received rows, on its FP8 weights (the group sizes read on the host, as transformers' eager experts do, so its
   decode step is timed eager only).
@@ -94,21 +96,24 @@ def build_model(layers: int, device, seed: int = 0) -> nn.Module:
     return model.to(torch.bfloat16).eval()
 
 
-def variants(model: nn.Module) -> tuple[dict[str, nn.Module], dict]:
+def variants(model: nn.Module, fused: bool = True) -> tuple[dict[str, nn.Module], dict]:
     fp8 = copy.deepcopy(model)
     report = convert(fp8)
     loop = copy.deepcopy(fp8)
     for name, _ in report.experts:
         parent, _, child = name.rpartition(".")
         setattr(loop.get_submodule(parent), child, ExpertLoop(loop.get_submodule(name)))
-    return ({"bf16": model, "fp8ext": fp8, "fp8ext_loop": loop},
-            {"swapped": len(report.swapped), "experts": len(report.experts)})
+    models = {"bf16": model, "fp8ext": fp8, "fp8ext_loop": loop}
+    if fused:
+        models["fp8ext_fused"] = copy.deepcopy(model)
+        convert(models["fp8ext_fused"], fuse_siblings=True)
+    return models, {"swapped": len(report.swapped), "experts": len(report.experts)}
 
 
 def compare(layers: int, ctx: int, iters: int, rounds: int, prefill_shapes=PREFILL,
-            decode_batches=DECODE_BATCHES) -> dict:
+            decode_batches=DECODE_BATCHES, fused: bool = True) -> dict:
     model = build_model(layers, "cuda")
-    models, report = variants(model)
+    models, report = variants(model, fused)
     free_memory("cuda")
     vocab = QWEN3_30B_A3B["vocab_size"]
     result = {"config": "qwen3-30b-a3b", "layers": layers, "ctx": ctx, "convert": report, "variants": list(models),
@@ -133,22 +138,26 @@ def _over(entry: dict, slow: str, fast: str):
 
 
 def summarize(res: dict) -> dict:
-    """fp8ext over bf16 (tokens/s) in prefill and in decode replayed as a CUDA graph, fp8ext over its expert loop
-    (prefill, and decode eager: the loop has no graph), and fp8ext's top-1 agreement with bf16."""
-    out, graph = {}, []
+    """fp8ext and fp8ext_fused over bf16 (tokens/s) in prefill and in decode replayed as a CUDA graph, fp8ext over
+    its expert loop (prefill, and decode eager: the loop has no graph), and fp8ext's top-1 agreement with bf16."""
+    out, graph = {}, {}
+    fp8 = [v for v in ("fp8ext", "fp8ext_fused") if v in res["variants"]]
     for r in res["prefill"]:
         shape = f"{r['batch']}x{r['seq']}"
-        out[f"prefill {shape} fp8ext/bf16 tok/s"] = _over(r.get("eager"), "bf16", "fp8ext")
+        for v in fp8:
+            out[f"prefill {shape} {v}/bf16 tok/s"] = _over(r.get("eager"), "bf16", v)
         out[f"prefill {shape} fp8ext/fp8ext_loop"] = _over(r.get("eager"), "fp8ext_loop", "fp8ext")
         out[f"prefill {shape} top-1 agreement fp8ext"] = r.get("top1_agreement", {}).get("fp8ext", r.get("error"))
     for r in res["decode"]:
         b = f"b={r['batch']}"
-        graph.append(_over(r.get("graph"), "bf16", "fp8ext"))
-        out[f"decode graph {b} fp8ext/bf16 tok/s"] = graph[-1]
+        for v in fp8:
+            graph.setdefault(v, []).append(_over(r.get("graph"), "bf16", v))
+            out[f"decode graph {b} {v}/bf16 tok/s"] = graph[v][-1]
         out[f"decode eager {b} fp8ext/fp8ext_loop"] = _over(r.get("eager"), "fp8ext_loop", "fp8ext")
-    measured = [x for x in graph if isinstance(x, float)]
-    if measured:
-        out["decode graph fp8ext/bf16, geomean over batches"] = round(geomean(measured), 3)
+    for v, ratios in graph.items():
+        measured = [x for x in ratios if isinstance(x, float)]
+        if measured:
+            out[f"decode graph {v}/bf16, geomean over batches"] = round(geomean(measured), 3)
     return out
 
 
@@ -156,8 +165,8 @@ def summarize(res: dict) -> dict:
                 summary_title="moe summary (fp8ext/bf16 is the tokens/s ratio)",
                 options={"--moe-layers": dict(type=int, default=8, help="moe suite: decoder layers (default 8)")})
 def moe(args) -> dict:
-    iters, rounds = args.iters, args.model_rounds  # the model suite's options, shared
-    res = compare(args.moe_layers, args.ctx, iters, rounds)
+    iters, rounds = args.iters, args.model_rounds  # the model suite's options, shared (and --no-fused)
+    res = compare(args.moe_layers, args.ctx, iters, rounds, fused=not args.no_fused)
     free_memory("cuda")
     method = (__doc__.split("\n\n", 1)[1].replace("\n", " ") + f" {args.moe_layers} layers; {iters} timed forwards "
               f"in {rounds} turns per measurement.")
