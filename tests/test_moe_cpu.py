@@ -90,6 +90,35 @@ def test_gathering_tokens_before_or_after_their_quantize_gives_the_same_bits(mon
     assert torch.equal(got[0], got[10_000]) and got[0].abs().sum() > 0
 
 
+def test_an_experts_forward_dispatches_no_more_than_13_ops_that_launch_kernels():
+    """At decode an experts layer is a chain of small kernels whose number its time follows (fp8ext.moe): the ops
+    it dispatches, views and empty allocations left out, stay at the 13 the module docstring counts."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func._schema.name not in NO_LAUNCH and not _is_view(func):
+                self.names.append(func._schema.name)
+            return func(*args, **(kwargs or {}))
+
+    f8 = Float8Experts(tiny("qwen3_moe").model.layers[0].mlp.experts)
+    x, index, weights = torch.randn(1, 64, dtype=torch.bfloat16), torch.tensor([[3, 5]]), torch.rand(1, 2)
+    with Ops() as ops:
+        f8(x, index, weights)
+    assert len(ops.names) <= 13, ops.names
+
+
+NO_LAUNCH = {"aten::empty_like", "aten::empty", "aten::empty_strided"}  # allocations only
+
+
+def _is_view(func) -> bool:
+    return any(a.alias_info is not None and not a.alias_info.is_write for a in func._schema.returns)
+
+
 def test_experts_of_a_shape_the_op_cannot_take_are_skipped_with_the_reason():
     model = tiny("mixtral")
     experts = model.model.layers[0].mlp.experts
