@@ -75,9 +75,10 @@ def test_float8_experts_equal_a_loop_of_scaled_mm_over_each_token_s_experts():
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
-def test_gathering_tokens_before_or_after_their_quantize_gives_the_same_bits(monkeypatch):
+def test_the_few_rows_and_the_many_rows_forward_give_the_same_bits(monkeypatch):
     """Float8Experts gathers a few routed rows in bf16 and quantizes them, many as FP8 rows quantized once per token
-    (fp8ext.moe.GATHER_FIRST_ROWS): a row's scale is its own, so both orders give the same output."""
+    (a row's scale is its own); it puts a few rows back by an index_copy_, many by a gather through the inverse
+    permutation (fp8ext.moe.FEW_ROWS). Both paths give the same output."""
     f8 = Float8Experts(tiny("qwen3_moe").model.layers[0].mlp.experts)
     gen = torch.Generator().manual_seed(4)
     x = torch.randn(11, 64, generator=gen)
@@ -85,7 +86,7 @@ def test_gathering_tokens_before_or_after_their_quantize_gives_the_same_bits(mon
     weights = torch.rand(11, 2, generator=gen)
     got = {}
     for rows in (0, 10_000):
-        monkeypatch.setattr(fp8ext.moe, "GATHER_FIRST_ROWS", rows)
+        monkeypatch.setattr(fp8ext.moe, "FEW_ROWS", rows)
         got[rows] = f8(x, index, weights)
     assert torch.equal(got[0], got[10_000]) and got[0].abs().sum() > 0
 

@@ -7,12 +7,14 @@ The forward, for T tokens each routed to k experts:
 
   1. the T * k routed rows are sorted by expert (a stable sort); offs, each expert's end row, is a searchsorted of
      the expert ids in the sorted ones. The rows' tokens are quantized per row (quantize_rowwise) and gathered into
-     that order: below GATHER_FIRST_ROWS routed rows the bf16 tokens are gathered and then quantized (one launch
-     fewer), above it each token is quantized once and its FP8 row and scale gathered (fewer bytes). Both give the
-     same bits: a row's scale depends on that row alone;
+     that order: up to FEW_ROWS routed rows the bf16 tokens are gathered and then quantized (one launch fewer),
+     above it each token is quantized once and its FP8 row and scale gathered (fewer bytes). Both give the same
+     bits: a row's scale depends on that row alone;
   2. h = scaled_grouped_mm(rows, gate_up^T) [T * k, 2I]; y = act(gate) * up, quantized per row;
   3. o = scaled_grouped_mm(y, down^T) [T * k, H];
-  4. o is put back in token order (index_copy_ by the sort's permutation) and each token's k rows are summed with
+  4. o is put back in token order, up to FEW_ROWS rows by an index_copy_ through the sort's permutation (one
+     launch), above it by a gather through its inverse (torch's gather moves 16-byte vectors, its index_copy_ one
+     element at a time, several times slower at prefill sizes); then each token's k rows are summed with
      their routing weights as one batched [1, k] x [k, H] product (bmm): no atomics, so the sum is the same every
      run.
 
@@ -34,9 +36,10 @@ from .grouped import scaled_grouped_mm
 from .quantize import quantize_rowwise
 
 E4M3 = torch.float8_e4m3fn
-# Routed rows (tokens x top-k) up to which the tokens are gathered in their own dtype and quantized after the gather
-# (one launch fewer); above it, quantized first and gathered as FP8 (half the bytes moved, and 1/k the quantize work).
-GATHER_FIRST_ROWS = 1024
+# Routed rows (tokens x top-k) up to which the forward takes the fewest launches (the tokens gathered in their own
+# dtype and quantized after the gather, the output put back by one index_copy_); above it, the fewest bytes (each
+# token quantized once and gathered as FP8, the output put back by a vectorized gather).
+FEW_ROWS = 1024
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -111,7 +114,8 @@ class Float8Experts(nn.Module):
         ids = self.expert_ids if self.expert_ids.dtype == experts.dtype else self.expert_ids.to(experts.dtype)
         offs = torch.searchsorted(experts, ids, right=True, out_int32=True)  # rows routed to experts <= g
         tokens = order // k
-        if order.numel() <= GATHER_FIRST_ROWS:
+        few = order.numel() <= FEW_ROWS
+        if few:
             q, s = quantize_rowwise(hidden_states[tokens])
         else:
             q, s = quantize_rowwise(hidden_states)  # each token once, then gathered for each of its experts
@@ -122,7 +126,12 @@ class Float8Experts(nn.Module):
         q, s = quantize_rowwise(self.act_fn(gate) * up)
         o = scaled_grouped_mm(q, self.down_weight.transpose(-2, -1), s.view(-1), self.down_scale, offs,
                               out_dtype=out_dtype, use_fast_accum=self.use_fast_accum)
-        by_token = torch.empty_like(o).index_copy_(0, order, o).view(T, k, H)
+        if few:
+            by_token = torch.empty_like(o).index_copy_(0, order, o)
+        else:
+            inverse = torch.empty_like(order).index_put_((order,), torch.arange(order.numel(), device=order.device))
+            by_token = o[inverse]
+        by_token = by_token.view(T, k, H)
         weights = top_k_weights.reshape(T, 1, k).to(o.dtype)
         return torch.bmm(weights, by_token).view(T, H).to(hidden_states.dtype)
 
