@@ -20,9 +20,9 @@ The forward, for T tokens each routed to k experts:
 
 Nothing reads the group sizes on the host, so a converted MoE layer never waits for the GPU and can be captured in a
 CUDA graph. At decode a layer is a chain of small kernels, so their number is what its time follows: the steps
-above dispatch 13 ops that launch (the grouped GEMMs count one each, a prologue and a GEMM on CUDA) where a
-scatter-add count, a cumsum and a gather-multiply-sum un-permute took 21. The grouped GEMMs write
-bfloat16 on CUDA; a float16 or float32 model gets its experts' output cast to its dtype.
+above dispatch 13 ops that launch (the grouped GEMMs count one each, a prologue and a GEMM on CUDA; a test
+holds the count, docs/decisions.md what it replaced). The grouped GEMMs write bfloat16 on CUDA; a float16 or
+float32 model gets its experts' output cast to its dtype.
 """
 from __future__ import annotations
 
