@@ -111,7 +111,7 @@ class Float8Experts(nn.Module):
         k = top_k_index.shape[-1]
         out_dtype = hidden_states.dtype if hidden_states.device.type == "cpu" else torch.bfloat16
         experts, order = torch.sort(top_k_index.reshape(-1), stable=True)  # the routed rows, expert by expert
-        ids = self.expert_ids if self.expert_ids.dtype == experts.dtype else self.expert_ids.to(experts.dtype)
+        ids = self.expert_ids.to(experts.dtype)  # the buffer itself when the dtypes agree (no launch)
         offs = torch.searchsorted(experts, ids, right=True, out_int32=True)  # rows routed to experts <= g
         tokens = order // k
         few = order.numel() <= FEW_ROWS
