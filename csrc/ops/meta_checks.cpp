@@ -96,6 +96,10 @@ void check_quantize_rowwise_meta_op(std::vector<int64_t> sizes, std::vector<int6
   check_quantize_rowwise(sizes, strides, x_dtype, dtype, scale_ub);
 }
 
+void check_silu_mul_quantize_meta_op(std::vector<int64_t> sizes, std::vector<int64_t> strides, ScalarType x_dtype) {
+  check_silu_mul_quantize(sizes, strides, x_dtype);
+}
+
 void check_quantize_blockwise_meta_op(std::vector<int64_t> sizes, std::vector<int64_t> strides, ScalarType x_dtype,
                                       std::optional<ScalarType> dtype) {
   check_quantize_blockwise(sizes, strides, x_dtype, dtype);
@@ -107,6 +111,7 @@ STABLE_TORCH_LIBRARY_IMPL(fp8ext, CompositeExplicitAutograd, m) {
   m.impl("_check_scaled_mm_meta", TORCH_BOX(&check_scaled_mm_meta_op));
   m.impl("_check_quantize_rowwise_meta", TORCH_BOX(&check_quantize_rowwise_meta_op));
   m.impl("_check_quantize_blockwise_meta", TORCH_BOX(&check_quantize_blockwise_meta_op));
+  m.impl("_check_silu_mul_quantize_meta", TORCH_BOX(&check_silu_mul_quantize_meta_op));
   m.impl("_check_linear_meta", TORCH_BOX(&check_linear_meta_op));
   m.impl("_check_scaled_grouped_mm_meta", TORCH_BOX(&check_scaled_grouped_mm_meta_op));
 }

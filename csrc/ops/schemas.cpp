@@ -6,6 +6,8 @@
 //   linear               CUDA: linear_cuda.cpp; its CPU backend is the two ops in turn (python/fp8ext/ops.py)
 //   quantize_rowwise     CPU: quantize/quantize_rowwise_op.cpp; CUDA: quantize/quantize_rowwise_cuda.cpp
 //   quantize_blockwise   (1 x 128 groups) likewise, quantize/quantize_blockwise_op.cpp and _cuda.cpp
+//   silu_mul_quantize_rowwise  CUDA: quantize/quantize_rowwise_cuda.cpp; CPU: torch's silu and mul, then
+//                        quantize_rowwise (python/fp8ext/quantize.py)
 //   _check_*_meta        meta_checks.cpp, in every build
 //   _autotune_cache_*    autotune_cache_ops.cpp, in every build
 //   the other internal ops, in CUDA builds only: introspection.cpp, and _testing_fault in testing_hooks.cpp
@@ -46,6 +48,8 @@ STABLE_TORCH_LIBRARY(fp8ext, m) {
   m.def(
       "_check_quantize_rowwise_meta(int[] sizes, int[] strides, ScalarType x_dtype, ScalarType? dtype, "
       "float? scale_ub) -> ()");
+  m.def("silu_mul_quantize_rowwise(Tensor x) -> (Tensor, Tensor)");
+  m.def("_check_silu_mul_quantize_meta(int[] sizes, int[] strides, ScalarType x_dtype) -> ()");
   m.def("quantize_blockwise(Tensor x, ScalarType? dtype=None) -> (Tensor, Tensor)");
   m.def("_check_quantize_blockwise_meta(int[] sizes, int[] strides, ScalarType x_dtype, ScalarType? dtype) -> ()");
   m.def(

@@ -10,7 +10,8 @@ The forward, for T tokens each routed to k experts:
      that order: up to FEW_ROWS routed rows the bf16 tokens are gathered and then quantized (one launch fewer),
      above it each token is quantized once and its FP8 row and scale gathered (fewer bytes). Both give the same
      bits: a row's scale depends on that row alone;
-  2. h = scaled_grouped_mm(rows, gate_up^T) [T * k, 2I]; y = act(gate) * up, quantized per row;
+  2. h = scaled_grouped_mm(rows, gate_up^T) [T * k, 2I]; y = act(gate) * up, quantized per row (for SiLU, the
+     models' activation, one op: silu_mul_quantize_rowwise);
   3. o = scaled_grouped_mm(y, down^T) [T * k, H];
   4. o is put back in token order, up to FEW_ROWS rows by an index_copy_ through the sort's permutation (one
      launch), above it by a gather through its inverse (torch's gather moves 16-byte vectors, its index_copy_ one
@@ -19,10 +20,10 @@ The forward, for T tokens each routed to k experts:
      run.
 
 Nothing reads the group sizes on the host, so a converted MoE layer never waits for the GPU and can be captured in a
-CUDA graph. At decode a layer is a chain of small kernels, so their number is what its time follows: the steps
-above dispatch 13 ops that launch (the grouped GEMMs count one each, a prologue and a GEMM on CUDA; a test
-holds the count, docs/decisions.md what it replaced). The grouped GEMMs write bfloat16 on CUDA; a float16 or
-float32 model gets its experts' output cast to its dtype.
+CUDA graph. At decode a layer is a chain of small kernels, so their number is what its time follows: with SiLU the
+steps above dispatch 11 ops that launch, 13 with another activation (the grouped GEMMs count one each, a prologue
+and a GEMM on CUDA; a test holds the count, docs/decisions.md what it replaced). The grouped GEMMs write bfloat16 on
+CUDA; a float16 or float32 model gets its experts' output cast to its dtype.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from torch import nn
 
 from ._cast import keeping_dtypes
 from .grouped import scaled_grouped_mm
-from .quantize import quantize_rowwise
+from .quantize import quantize_rowwise, silu_mul_quantize_rowwise
 
 E4M3 = torch.float8_e4m3fn
 # Routed rows (tokens x top-k) up to which the forward takes the fewest launches (the tokens gathered in their own
@@ -88,6 +89,8 @@ class Float8Experts(nn.Module):
         self.num_experts, two_i, self.hidden_dim = experts.gate_up_proj.shape
         self.intermediate_dim = two_i // 2
         self.act_fn = experts.act_fn
+        # SiLU (transformers' SiLUActivation, or nn.SiLU): the activation and its quantize run as one op
+        self.silu = isinstance(self.act_fn, nn.SiLU) or type(self.act_fn).__name__ == "SiLUActivation"
         self.use_fast_accum = use_fast_accum
         with torch.no_grad():
             q, s = _quantized(experts.gate_up_proj)
@@ -122,8 +125,11 @@ class Float8Experts(nn.Module):
             q, s = q[tokens], s.view(-1)[tokens]
         h = scaled_grouped_mm(q, self.gate_up_weight.transpose(-2, -1), s.view(-1), self.gate_up_scale, offs,
                               out_dtype=out_dtype, use_fast_accum=self.use_fast_accum)
-        gate, up = h.chunk(2, dim=-1)
-        q, s = quantize_rowwise(self.act_fn(gate) * up)
+        if self.silu:
+            q, s = silu_mul_quantize_rowwise(h)
+        else:
+            gate, up = h.chunk(2, dim=-1)
+            q, s = quantize_rowwise(self.act_fn(gate) * up)
         o = scaled_grouped_mm(q, self.down_weight.transpose(-2, -1), s.view(-1), self.down_scale, offs,
                               out_dtype=out_dtype, use_fast_accum=self.use_fast_accum)
         if few:
