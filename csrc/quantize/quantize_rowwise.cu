@@ -133,11 +133,12 @@ __device__ __noinline__ int64_t strided_row_offset(int64_t r, int64_t inner_rows
   return (r / inner_rows) * outer_stride + (r % inner_rows) * inner_stride;
 }
 
-// Where row r of x starts (the layout of QuantizeRowwiseParams). Without an outer stride (2-D x, or 3-D with
-// B = 1) every row is an inner row.
+// Where the row that row r of q quantizes starts (the layout of QuantizeRowwiseParams; through row_index when
+// gathered). Without an outer stride (2-D x, or 3-D with B = 1) every row is an inner row.
 template <typename In>
 __device__ __forceinline__ const In* row_start(const QuantizeRowwiseParams& p, int64_t r) {
   const In* x = static_cast<const In*>(p.x);
+  if (p.row_index != nullptr) r = p.row_index[r];
   if (p.outer_stride == 0) return x + r * p.inner_stride;
   return x + strided_row_offset(r, p.inner_rows, p.outer_stride, p.inner_stride);
 }

@@ -68,6 +68,8 @@ struct QuantizeRowwiseParams {
   // Gated (fp8ext.silu_mul_quantize_rowwise): x's row holds 2K values, the gate then the up half, and the row
   // quantized is y = silu(gate) * up as torch computes it in x's dtype (silu_mul below), K values.
   bool gated = false;
+  // Gathered (fp8ext.moe_dispatch): row r of q is row row_index[r] of x (the layout above), when given.
+  const int32_t* row_index = nullptr;
 };
 
 // One element of a gated row, as torch's silu and mul compute it: each in float32 and rounded to the input type
