@@ -168,8 +168,11 @@ def test_cuda_combine_equals_the_cpu_op_bit_for_bit(T, k, H, dtype):
     w = torch.rand(T, k, generator=gen).to(dtype)
     got = fp8ext.moe_combine(o.cuda(), pos.cuda(), w.cuda()).cpu()
     want = fp8ext.moe_combine(o, pos, w)
-    assert _same_bits(got, want)
-    assert got[0].isnan().all() == (T > 1)
+    # NaN compared as NaN: its bits differ between torch's CPU casts (vectorized 0xffff, scalar 0x7fc0 in bf16) and
+    # CUDA's (0x7fff)
+    nan_rows = got.isnan().all(dim=1)
+    assert torch.equal(got.isnan(), want.isnan()) and nan_rows[0] == (T > 1) and nan_rows.sum() == (T > 1)
+    assert _same_bits(got[~nan_rows], want[~nan_rows])
 
 
 @gpu

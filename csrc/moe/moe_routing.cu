@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(MoeCombine
   }
   T out[kVec];
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) out[i] = from_float<T>(valid ? acc[i] : __int_as_float(0x7fc00000));
+  for (int i = 0; i < kVec; ++i) out[i] = from_float<T>(valid ? acc[i] : __int_as_float(0x7fc00000));  // NaN
   uint4 v;
   memcpy(&v, out, 16);
   *reinterpret_cast<uint4*>(static_cast<T*>(p.out) + token * p.H + h) = v;
