@@ -100,7 +100,7 @@ def test_each_group_equals_scaled_mm_on_the_same_tile_bit_for_bit(kernel, bias):
 
 
 SPLITS = {"fast": ("grp_split_fast_bf16", "grp_swap_pp_128x32x128_c1x1_fast_bf16",
-                   "grp_coop_128x256x128_c1x1_fast_bf16"),
+                   "grp_coop_128x128x128_c1x1_fast_bf16"),
           "precise": ("grp_split_precise_bf16", "grp_swap_pp_128x32x128_c1x1_precise_bf16",
                       "grp_coop_128x128x128_c1x1_precise_bf16"),
           "blockwise": ("grp_bw_split_bf16", "grp_bw_swap_coop_128x32x128_c1x1_bf16",

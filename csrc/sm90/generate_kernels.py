@@ -204,14 +204,8 @@ def _split_name(small: GroupedRow) -> str:
     return "grp_bw_split_bf16" if small.blockwise else f"grp_split_{small.accum}_{small.out}"
 
 
-# The large tile of each family: 128 x 256 for row-wise fast accumulation (the tile its unsplit calls above the swap
-# limit run), 128 x 128 for the others.
-def _split_large_tile(small: GroupedRow) -> tuple[int, int, int]:
-    return (128, 256, 128) if (not small.blockwise and small.accum == "fast") else (128, 128, 128)
-
-
 GROUPED_SPLITS = {small: large for small in GROUPED_ROWS if small.swap_ab for large in GROUPED_ROWS
-                  if not large.swap_ab and large.tile == _split_large_tile(small) and large.cluster == (1, 1) and
+                  if not large.swap_ab and large.tile == (128, 128, 128) and large.cluster == (1, 1) and
                   (large.blockwise, large.accum, large.out) ==
                   (small.blockwise, small.accum, small.out)}
 

@@ -8,7 +8,7 @@ using Config = ::fp8ext::sm90::GroupedConfig<128, 32, 128, 1, 1, ::fp8ext::sm90:
 FP8EXT_SM90_GROUPED_KERNEL("grp_swap_pp_128x32x128_c1x1_fast_bf16", Config)
 
 namespace {
-using LargeConfig = ::fp8ext::sm90::GroupedConfig<128, 256, 128, 1, 1, ::fp8ext::sm90::Schedule::kCooperative, ::fp8ext::sm90::Accum::kFast, ::fp8ext::sm90::OutType::kBF16, false, false>;
+using LargeConfig = ::fp8ext::sm90::GroupedConfig<128, 128, 128, 1, 1, ::fp8ext::sm90::Schedule::kCooperative, ::fp8ext::sm90::Accum::kFast, ::fp8ext::sm90::OutType::kBF16, false, false>;
 }
 
-FP8EXT_SM90_GROUPED_SPLIT_KERNEL("grp_split_fast_bf16", Config, LargeConfig, "grp_coop_128x256x128_c1x1_fast_bf16")
+FP8EXT_SM90_GROUPED_SPLIT_KERNEL("grp_split_fast_bf16", Config, LargeConfig, "grp_coop_128x128x128_c1x1_fast_bf16")
