@@ -149,17 +149,18 @@ def kernel_sources() -> list[Path]:
 
 def sources(with_cuda: bool) -> list[Path]:
     # The autotune cache file's I/O is plain C++ and in every build: the CPU-only one reads and tests it too.
-    # quantize_{rowwise,blockwise}_op.cpp (their checks and CPU paths) and linear_checks.cpp too; their CUDA entries
-    # and the quantize kernels only with CUDA.
+    # quantize_{rowwise,blockwise}_op.cpp (their checks and CPU paths), linear_checks.cpp and moe_routing_op.cpp
+    # too; their CUDA entries and the quantize and MoE routing kernels only with CUDA.
     ops, quantize = CSRC / "ops", CSRC / "quantize"
     srcs = [ops / "schemas.cpp", ops / "meta_checks.cpp", ops / "autotune_cache_ops.cpp", ops / "op_errors.cpp",
             ops / "scaled_mm_checks.cpp", CSRC / "reference" / "scaled_mm_cpu.cpp",
             SM90 / "autotune" / "autotune_cache.cpp", quantize / "quantize_rowwise_op.cpp",
             quantize / "quantize_blockwise_op.cpp", ops / "linear_checks.cpp", ops / "grouped_checks.cpp",
-            CSRC / "reference" / "scaled_grouped_mm_cpu.cpp"]
+            CSRC / "reference" / "scaled_grouped_mm_cpu.cpp", CSRC / "moe" / "moe_routing_op.cpp"]
     if with_cuda:
         srcs += [quantize / "quantize_rowwise_cuda.cpp", quantize / "quantize_rowwise.cu",
-                 quantize / "quantize_blockwise_cuda.cpp", quantize / "quantize_blockwise.cu"]
+                 quantize / "quantize_blockwise_cuda.cpp", quantize / "quantize_blockwise.cu",
+                 CSRC / "moe" / "moe_routing_cuda.cpp", CSRC / "moe" / "moe_routing.cu"]
         # The CUDA backends of scaled_mm and linear, and the internal ops of a CUDA build.
         srcs += [ops / "scaled_mm_cuda.cpp", ops / "linear_cuda.cpp", ops / "torch_backstop.cpp",
                  ops / "sm90_launch.cpp", ops / "cuda_device.cpp", ops / "autotune_timing.cpp",

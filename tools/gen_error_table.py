@@ -61,11 +61,22 @@ def _rows(cases, prefix="") -> list:
             for i, case in enumerate(cases, 1)]
 
 
+OTHER_OPS = """
+## The other ops
+
+`fp8ext.quantize_rowwise`, `fp8ext.quantize_blockwise`, `fp8ext.silu_mul_quantize_rowwise`, `fp8ext.moe_dispatch`
+and `fp8ext.moe_combine` follow the same rule: each argument is checked before anything is allocated or launched,
+eager and traced alike, and a rejected call raises `RuntimeError` starting `fp8ext.<op>: <argument>: `, then what
+was expected and what was given. Their cases are tests beside the ops' others: `tests/test_quantize.py`,
+`tests/test_blockwise.py`, `tests/test_silu_mul_quantize.py` and `tests/test_moe_routing.py`.
+"""
+
+
 def render() -> str:
     """The text of docs/errors.md."""
     return (HEADER + "\n".join(_rows(CASES)) + "\n" + GROUPED_HEADER
             + "\n".join(_rows(grouped.VALUE_CASES + grouped.CASES, "G")) + "\n" + MASKED_HEADER
-            + "\n".join(_rows(grouped.MASKED_VALUE_CASES + grouped.MASKED_CASES, "M")) + "\n")
+            + "\n".join(_rows(grouped.MASKED_VALUE_CASES + grouped.MASKED_CASES, "M")) + "\n" + OTHER_OPS)
 
 
 def main() -> int:

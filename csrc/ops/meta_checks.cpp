@@ -1,4 +1,4 @@
-// The validation of scaled_mm, scaled_grouped_mm, linear and the quantize ops on metadata alone (the _check_*_meta ops,
+// The validation of scaled_mm, scaled_grouped_mm, linear, the quantize and the MoE routing ops on metadata alone (the _check_*_meta ops,
 // PyTorch's stable ABI), for their fake implementations (python/fp8ext/ops.py, quantize.py): the same checks and
 // messages as the eager backends, for traced calls. In every build. The schemas are in schemas.cpp.
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include <torch/csrc/stable/device.h>
 #include <torch/csrc/stable/library.h>
 
+#include "moe/moe_routing_op.h"
 #include "ops/grouped_checks.h"
 #include "ops/linear_op.h"
 #include "ops/scaled_mm_checks.h"
@@ -96,9 +97,27 @@ void check_quantize_rowwise_meta_op(std::vector<int64_t> sizes, std::vector<int6
   check_quantize_rowwise(sizes, strides, x_dtype, dtype, scale_ub);
 }
 
+void check_silu_mul_quantize_meta_op(std::vector<int64_t> sizes, std::vector<int64_t> strides, ScalarType x_dtype) {
+  check_silu_mul_quantize(sizes, strides, x_dtype);
+}
+
 void check_quantize_blockwise_meta_op(std::vector<int64_t> sizes, std::vector<int64_t> strides, ScalarType x_dtype,
                                       std::optional<ScalarType> dtype) {
   check_quantize_blockwise(sizes, strides, x_dtype, dtype);
+}
+
+void check_moe_dispatch_meta_op(std::vector<int64_t> x, ScalarType x_dtype, Device x_device,
+                                std::vector<int64_t> top_k_index, ScalarType top_k_index_dtype,
+                                Device top_k_index_device, int64_t num_experts) {
+  check_moe_dispatch(operand_meta(x, x_dtype, x_device),
+                     operand_meta(top_k_index, top_k_index_dtype, top_k_index_device), num_experts);
+}
+
+void check_moe_combine_meta_op(std::vector<int64_t> o, ScalarType o_dtype, Device o_device, std::vector<int64_t> pos,
+                               ScalarType pos_dtype, Device pos_device, std::vector<int64_t> weights,
+                               ScalarType weights_dtype, Device weights_device) {
+  check_moe_combine(operand_meta(o, o_dtype, o_device), operand_meta(pos, pos_dtype, pos_device),
+                    operand_meta(weights, weights_dtype, weights_device));
 }
 
 }  // namespace
@@ -107,8 +126,11 @@ STABLE_TORCH_LIBRARY_IMPL(fp8ext, CompositeExplicitAutograd, m) {
   m.impl("_check_scaled_mm_meta", TORCH_BOX(&check_scaled_mm_meta_op));
   m.impl("_check_quantize_rowwise_meta", TORCH_BOX(&check_quantize_rowwise_meta_op));
   m.impl("_check_quantize_blockwise_meta", TORCH_BOX(&check_quantize_blockwise_meta_op));
+  m.impl("_check_silu_mul_quantize_meta", TORCH_BOX(&check_silu_mul_quantize_meta_op));
   m.impl("_check_linear_meta", TORCH_BOX(&check_linear_meta_op));
   m.impl("_check_scaled_grouped_mm_meta", TORCH_BOX(&check_scaled_grouped_mm_meta_op));
+  m.impl("_check_moe_dispatch_meta", TORCH_BOX(&check_moe_dispatch_meta_op));
+  m.impl("_check_moe_combine_meta", TORCH_BOX(&check_moe_combine_meta_op));
 }
 
 }  // namespace fp8ext

@@ -6,6 +6,9 @@
 //   linear               CUDA: linear_cuda.cpp; its CPU backend is the two ops in turn (python/fp8ext/ops.py)
 //   quantize_rowwise     CPU: quantize/quantize_rowwise_op.cpp; CUDA: quantize/quantize_rowwise_cuda.cpp
 //   quantize_blockwise   (1 x 128 groups) likewise, quantize/quantize_blockwise_op.cpp and _cuda.cpp
+//   silu_mul_quantize_rowwise  CUDA: quantize/quantize_rowwise_cuda.cpp; CPU: torch's silu and mul, then
+//                        quantize_rowwise (python/fp8ext/quantize.py)
+//   moe_dispatch, moe_combine  CUDA: moe/moe_routing_cuda.cpp; CPU: torch ops (python/fp8ext/moe_routing.py)
 //   _check_*_meta        meta_checks.cpp, in every build
 //   _autotune_cache_*    autotune_cache_ops.cpp, in every build
 //   the other internal ops, in CUDA builds only: introspection.cpp, and _testing_fault in testing_hooks.cpp
@@ -46,6 +49,16 @@ STABLE_TORCH_LIBRARY(fp8ext, m) {
   m.def(
       "_check_quantize_rowwise_meta(int[] sizes, int[] strides, ScalarType x_dtype, ScalarType? dtype, "
       "float? scale_ub) -> ()");
+  m.def("silu_mul_quantize_rowwise(Tensor x) -> (Tensor, Tensor)");
+  m.def("_check_silu_mul_quantize_meta(int[] sizes, int[] strides, ScalarType x_dtype) -> ()");
+  m.def("moe_dispatch(Tensor x, Tensor top_k_index, int num_experts) -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def(
+      "_check_moe_dispatch_meta(int[] x, ScalarType x_dtype, Device x_device, int[] top_k_index, "
+      "ScalarType top_k_index_dtype, Device top_k_index_device, int num_experts) -> ()");
+  m.def("moe_combine(Tensor o, Tensor pos, Tensor weights) -> Tensor");
+  m.def(
+      "_check_moe_combine_meta(int[] o, ScalarType o_dtype, Device o_device, int[] pos, ScalarType pos_dtype, "
+      "Device pos_device, int[] weights, ScalarType weights_dtype, Device weights_device) -> ()");
   m.def("quantize_blockwise(Tensor x, ScalarType? dtype=None) -> (Tensor, Tensor)");
   m.def("_check_quantize_blockwise_meta(int[] sizes, int[] strides, ScalarType x_dtype, ScalarType? dtype) -> ()");
   m.def(

@@ -21,6 +21,9 @@
 // packs are kept and stored as whole 32-bit words, and what is rare stays out of line (the 64-bit division for 3-D
 // strides, the slow path of the IEEE divisions). That took the bf16 small-M kernel's path from about 370
 // instructions to about 200, and its time at M = 1..16 down by 0.15-0.3 us (docs/decisions.md).
+// Gated rows (fp8ext.silu_mul_quantize_rowwise, QuantizeRowwiseParams::gated): a row of x holds the gate half and
+// the up half, and each unit the kernels load is y = silu(gate) * up computed from the two halves' units at the same
+// position (load_unit), with torch's roundings; the rest is the same kernel, so y is never written to memory.
 #include <climits>
 #include <type_traits>
 
@@ -71,6 +74,53 @@ __device__ __forceinline__ __nv_fp8_storage_t scaled(const In& v, float inv) {
   return __nv_cvt_float_to_fp8(to_float(v) * inv, __NV_SATFINITE, kFormat);
 }
 
+// A gated row's values (QuantizeRowwiseParams::gated): y = silu(gate) * up with torch's roundings to In
+// (silu_mul in quantize_rowwise.h), from the gate's and the up's unit at the same position of their halves.
+template <typename In>
+__device__ __forceinline__ float round_to(float v) {
+  if constexpr (std::is_same_v<In, __nv_bfloat16>) {
+    return __bfloat162float(__float2bfloat16_rn(v));
+  } else if constexpr (std::is_same_v<In, __half>) {
+    return __half2float(__float2half_rn(v));
+  } else {
+    return v;
+  }
+}
+template <typename In>
+__device__ __forceinline__ In gated(const In& g, const In& u) {
+  const float y = silu_mul(to_float(g), to_float(u), [](float v) { return round_to<In>(v); });
+  if constexpr (std::is_same_v<In, __nv_bfloat16>) {
+    return __float2bfloat16_rn(y);  // exact: y is already a bfloat16 value
+  } else if constexpr (std::is_same_v<In, __half>) {
+    return __float2half_rn(y);
+  } else {
+    return y;
+  }
+}
+template <typename In>
+__device__ __forceinline__ uint4 gated(const uint4& g, const uint4& u) {
+  constexpr int kN = 16 / sizeof(In);
+  In gv[kN], uv[kN], yv[kN];
+  memcpy(gv, &g, 16);
+  memcpy(uv, &u, 16);
+#pragma unroll
+  for (int i = 0; i < kN; ++i) yv[i] = gated<In>(gv[i], uv[i]);
+  uint4 y;
+  memcpy(&y, yv, 16);
+  return y;
+}
+
+// Unit i of a row (a 16-byte pack or one element): x's own, or of a gated row, y from the gate's unit i and the
+// up's, `half` units further.
+template <typename In, bool kGated, typename Unit>
+__device__ __forceinline__ Unit load_unit(const Unit* x, int64_t i, int64_t half) {
+  if constexpr (kGated) {
+    return gated<In>(x[i], x[i + half]);
+  } else {
+    return x[i];
+  }
+}
+
 // CTAs of at least 256 threads: several rows share a CTA when a row needs fewer threads.
 __host__ __device__ constexpr int cta_threads(int threads_per_row) {
   return threads_per_row < 256 ? 256 : threads_per_row;
@@ -83,11 +133,12 @@ __device__ __noinline__ int64_t strided_row_offset(int64_t r, int64_t inner_rows
   return (r / inner_rows) * outer_stride + (r % inner_rows) * inner_stride;
 }
 
-// Where row r of x starts (the layout of QuantizeRowwiseParams). Without an outer stride (2-D x, or 3-D with
-// B = 1) every row is an inner row.
+// Where the row that row r of q quantizes starts (the layout of QuantizeRowwiseParams; through row_index when
+// gathered). Without an outer stride (2-D x, or 3-D with B = 1) every row is an inner row.
 template <typename In>
 __device__ __forceinline__ const In* row_start(const QuantizeRowwiseParams& p, int64_t r) {
   const In* x = static_cast<const In*>(p.x);
+  if (p.row_index != nullptr) r = p.row_index[r];
   if (p.outer_stride == 0) return x + r * p.inner_stride;
   return x + strided_row_offset(r, p.inner_rows, p.outer_stride, p.inner_stride);
 }
@@ -124,7 +175,7 @@ __device__ __forceinline__ void store_scale(const QuantizeRowwiseParams& p, int6
 // One pass: thread `lane` of a row holds 16-byte packs lane, lane + kThreadsPerRow, ... (kPacks of them, coalesced
 // across the warp) in registers; packs past the row's end are zeros, which leave the amax unchanged and are not
 // stored. A row has at most 64 KiB, 4096 packs, so pack indices are ints.
-template <typename In, __nv_fp8_interpretation_t kFormat, int kThreadsPerRow, int kPacks>
+template <typename In, __nv_fp8_interpretation_t kFormat, int kThreadsPerRow, int kPacks, bool kGated>
 __global__ void __launch_bounds__(cta_threads(kThreadsPerRow))
 quantize_rowwise_one_pass_kernel(QuantizeRowwiseParams p) {
   constexpr int kRowsPerCta = cta_threads(kThreadsPerRow) / kThreadsPerRow;
@@ -145,7 +196,7 @@ quantize_rowwise_one_pass_kernel(QuantizeRowwiseParams p) {
 #pragma unroll
     for (int j = 0; j < kPacks; ++j) {
       const int i = lane + j * kThreadsPerRow;
-      v[j] = i < npacks ? x[i] : make_uint4(0u, 0u, 0u, 0u);
+      v[j] = i < npacks ? load_unit<In, kGated>(x, i, npacks) : make_uint4(0u, 0u, 0u, 0u);
     }
 #pragma unroll
     for (int j = 0; j < kPacks; ++j) key = max(key, pack_key<In>(v[j]));
@@ -165,7 +216,7 @@ quantize_rowwise_one_pass_kernel(QuantizeRowwiseParams p) {
 
 // Two passes: the row is read once for amax and once more, from cache, for q. A Unit is a 16-byte pack (uint4)
 // when rows are 16-byte aligned, else one element.
-template <typename In, __nv_fp8_interpretation_t kFormat, typename Unit, int kThreadsPerRow>
+template <typename In, __nv_fp8_interpretation_t kFormat, typename Unit, int kThreadsPerRow, bool kGated>
 __global__ void __launch_bounds__(cta_threads(kThreadsPerRow))
 quantize_rowwise_two_pass_kernel(QuantizeRowwiseParams p) {
   constexpr int kRowsPerCta = cta_threads(kThreadsPerRow) / kThreadsPerRow;
@@ -186,10 +237,11 @@ quantize_rowwise_two_pass_kernel(QuantizeRowwiseParams p) {
       x = reinterpret_cast<const Unit*>(row_start<In>(p, r));
 #pragma unroll 4
       for (int64_t i = lane; i < nunits; i += kThreadsPerRow) {
+        const Unit u = load_unit<In, kGated>(x, i, nunits);
         if constexpr (std::is_same_v<Unit, uint4>) {
-          key = max(key, pack_key<In>(x[i]));
+          key = max(key, pack_key<In>(u));
         } else {
-          key = max(key, abs_key(x[i]));
+          key = max(key, abs_key(u));
         }
       }
     }
@@ -199,7 +251,9 @@ quantize_rowwise_two_pass_kernel(QuantizeRowwiseParams p) {
     const float inv = kFp8Max<kFormat> / amax;
     QUnit* q = reinterpret_cast<QUnit*>(static_cast<uint8_t*>(p.q) + r * p.K);
 #pragma unroll 4
-    for (int64_t i = lane; i < nunits; i += kThreadsPerRow) q[i] = scaled<In, kFormat>(x[i], inv);
+    for (int64_t i = lane; i < nunits; i += kThreadsPerRow) {
+      q[i] = scaled<In, kFormat>(load_unit<In, kGated>(x, i, nunits), inv);
+    }
     store_scale<kFormat>(p, r, lane, amax);
   }
 }
@@ -213,30 +267,30 @@ unsigned grid_for(const QuantizeRowwiseParams& p) {
   return static_cast<unsigned>(groups < INT_MAX ? groups : INT_MAX);
 }
 
-template <typename In, __nv_fp8_interpretation_t kFormat, int kThreadsPerRow, int kPacks>
+template <typename In, __nv_fp8_interpretation_t kFormat, int kThreadsPerRow, int kPacks, bool kGated>
 cudaError_t launch_one_pass(const QuantizeRowwiseParams& p, cudaStream_t stream) {
-  return pdl::launch(quantize_rowwise_one_pass_kernel<In, kFormat, kThreadsPerRow, kPacks>,
+  return pdl::launch(quantize_rowwise_one_pass_kernel<In, kFormat, kThreadsPerRow, kPacks, kGated>,
                      grid_for<kThreadsPerRow>(p), cta_threads(kThreadsPerRow), stream, p);
 }
 
-template <typename In, __nv_fp8_interpretation_t kFormat, typename Unit, int kThreadsPerRow>
+template <typename In, __nv_fp8_interpretation_t kFormat, typename Unit, int kThreadsPerRow, bool kGated>
 cudaError_t launch_two_pass(const QuantizeRowwiseParams& p, cudaStream_t stream) {
-  return pdl::launch(quantize_rowwise_two_pass_kernel<In, kFormat, Unit, kThreadsPerRow>,
+  return pdl::launch(quantize_rowwise_two_pass_kernel<In, kFormat, Unit, kThreadsPerRow, kGated>,
                      grid_for<kThreadsPerRow>(p), cta_threads(kThreadsPerRow), stream, p);
 }
 
 // 16-byte aligned rows: one pass with the narrowest width that holds the row in kPacks packs a thread, two passes
 // past 64 KiB (8 packs a thread at 1024 threads would need more than the 64 registers a thread can have there).
-template <typename In, __nv_fp8_interpretation_t kFormat, int kPacks>
+template <typename In, __nv_fp8_interpretation_t kFormat, int kPacks, bool kGated>
 cudaError_t launch_one_pass_width(const QuantizeRowwiseParams& p, cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(In);
   const int64_t nvec = p.K / kVec;
-  if (nvec <= 32 * kPacks) return launch_one_pass<In, kFormat, 32, kPacks>(p, stream);
-  if (nvec <= 64 * kPacks) return launch_one_pass<In, kFormat, 64, kPacks>(p, stream);
-  if (nvec <= 128 * kPacks) return launch_one_pass<In, kFormat, 128, kPacks>(p, stream);
-  if (nvec <= 256 * kPacks) return launch_one_pass<In, kFormat, 256, kPacks>(p, stream);
-  if (nvec <= 512 * kPacks) return launch_one_pass<In, kFormat, 512, kPacks>(p, stream);
-  return launch_one_pass<In, kFormat, 1024, kPacks>(p, stream);
+  if (nvec <= 32 * kPacks) return launch_one_pass<In, kFormat, 32, kPacks, kGated>(p, stream);
+  if (nvec <= 64 * kPacks) return launch_one_pass<In, kFormat, 64, kPacks, kGated>(p, stream);
+  if (nvec <= 128 * kPacks) return launch_one_pass<In, kFormat, 128, kPacks, kGated>(p, stream);
+  if (nvec <= 256 * kPacks) return launch_one_pass<In, kFormat, 256, kPacks, kGated>(p, stream);
+  if (nvec <= 512 * kPacks) return launch_one_pass<In, kFormat, 512, kPacks, kGated>(p, stream);
+  return launch_one_pass<In, kFormat, 1024, kPacks, kGated>(p, stream);
 }
 
 // Up to this many rows the grid is at most one CTA per SM of an H200 (132): every row is a latency chain (load,
@@ -245,34 +299,34 @@ cudaError_t launch_one_pass_width(const QuantizeRowwiseParams& p, cudaStream_t s
 // full and 4 packs a thread keep more bytes in flight per thread.
 constexpr int64_t kFewRows = 128;
 
-template <typename In, __nv_fp8_interpretation_t kFormat>
+template <typename In, __nv_fp8_interpretation_t kFormat, bool kGated>
 cudaError_t launch_aligned(const QuantizeRowwiseParams& p, cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(In);
   const int64_t nvec = p.K / kVec;
-  if (p.rows <= kFewRows && nvec <= 1024 * 2) return launch_one_pass_width<In, kFormat, 2>(p, stream);
+  if (p.rows <= kFewRows && nvec <= 1024 * 2) return launch_one_pass_width<In, kFormat, 2, kGated>(p, stream);
   // The one-pass kernel has one row group a CTA, so it takes at most INT_MAX rows (the grid's limit); past that
   // (a 64 GiB input at the least) the two-pass kernel loops.
-  if (nvec <= 1024 * 4 && p.rows <= INT_MAX) return launch_one_pass_width<In, kFormat, 4>(p, stream);
-  return launch_two_pass<In, kFormat, uint4, 512>(p, stream);
+  if (nvec <= 1024 * 4 && p.rows <= INT_MAX) return launch_one_pass_width<In, kFormat, 4, kGated>(p, stream);
+  return launch_two_pass<In, kFormat, uint4, 512, kGated>(p, stream);
 }
 
 // Rows that are not 16-byte aligned: two passes, one element a load.
-template <typename In, __nv_fp8_interpretation_t kFormat>
+template <typename In, __nv_fp8_interpretation_t kFormat, bool kGated>
 cudaError_t launch_unaligned(const QuantizeRowwiseParams& p, cudaStream_t stream) {
   const int64_t row_bytes = p.K * static_cast<int64_t>(sizeof(In));
-  if (row_bytes <= 2048) return launch_two_pass<In, kFormat, In, 32>(p, stream);
-  if (row_bytes <= 8192) return launch_two_pass<In, kFormat, In, 128>(p, stream);
-  return launch_two_pass<In, kFormat, In, 512>(p, stream);
+  if (row_bytes <= 2048) return launch_two_pass<In, kFormat, In, 32, kGated>(p, stream);
+  if (row_bytes <= 8192) return launch_two_pass<In, kFormat, In, 128, kGated>(p, stream);
+  return launch_two_pass<In, kFormat, In, 512, kGated>(p, stream);
 }
 
-template <typename In, __nv_fp8_interpretation_t kFormat>
+template <typename In, __nv_fp8_interpretation_t kFormat, bool kGated>
 cudaError_t launch_typed(const QuantizeRowwiseParams& p, cudaStream_t stream) {
   // 16-byte loads need every row start 16-byte aligned: the base address and both row strides. K is a multiple
   // of 16, so 16 bytes never straddle a row's end.
   constexpr int64_t kVec16 = 16 / sizeof(In);
   const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.outer_stride % kVec16 == 0 &&
                        p.inner_stride % kVec16 == 0;
-  return aligned ? launch_aligned<In, kFormat>(p, stream) : launch_unaligned<In, kFormat>(p, stream);
+  return aligned ? launch_aligned<In, kFormat, kGated>(p, stream) : launch_unaligned<In, kFormat, kGated>(p, stream);
 }
 
 }  // namespace
@@ -280,7 +334,7 @@ cudaError_t launch_typed(const QuantizeRowwiseParams& p, cudaStream_t stream) {
 cudaError_t launch_quantize_rowwise(const QuantizeRowwiseParams& p, cudaStream_t stream) {
   if (p.rows == 0) return cudaSuccess;
   return launch_by_types(p, [&]<typename In, __nv_fp8_interpretation_t kFormat>() {
-    return launch_typed<In, kFormat>(p, stream);
+    return p.gated ? launch_typed<In, kFormat, true>(p, stream) : launch_typed<In, kFormat, false>(p, stream);
   });
 }
 

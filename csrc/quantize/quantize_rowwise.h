@@ -65,7 +65,20 @@ struct QuantizeRowwiseParams {
   QuantDst dst = QuantDst::kE4M3;
   float* scale = nullptr;
   float scale_ub = 0.0f;  // <= 0: none
+  // Gated (fp8ext.silu_mul_quantize_rowwise): x's row holds 2K values, the gate then the up half, and the row
+  // quantized is y = silu(gate) * up as torch computes it in x's dtype (silu_mul below), K values.
+  bool gated = false;
+  // Gathered (fp8ext.moe_dispatch): row r of q is row row_index[r] of x (the layout above), when given.
+  const int32_t* row_index = nullptr;
 };
+
+// One element of a gated row, as torch's silu and mul compute it: each in float32 and rounded to the input type
+// (`round` returns its argument in that type, as a float): silu(g) = g / (1 + exp(-g)), then silu(g) * u.
+template <typename Round>
+FP8EXT_HOST_DEVICE inline float silu_mul(float g, float u, Round round) {
+  const float s = round(g / (1.0f + expf(-g)));
+  return round(s * u);
+}
 
 }  // namespace fp8ext
 

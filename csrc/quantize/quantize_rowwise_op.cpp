@@ -3,6 +3,7 @@
 // float32 helpers as the CUDA kernel, row by row, so that the two agree bit for bit. On PyTorch's stable ABI
 // (torch/csrc/stable, torch/headeronly).
 #include <cmath>
+#include <vector>
 
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
@@ -94,6 +95,39 @@ QuantizeRowwiseParams check_quantize_rowwise(IntSpan sizes, IntSpan strides, Sca
   p.inner_stride = used(dim - 2);
   p.outer_stride = dim == 3 ? used(0) : 0;
   return p;
+}
+
+QuantizeRowwiseParams check_silu_mul_quantize(IntSpan sizes, IntSpan strides, ScalarType x_dtype) {
+  const char* op = "fp8ext.silu_mul_quantize_rowwise";
+  const auto [src, dst] = check_quantize_dtypes(x_dtype, std::nullopt, op);
+  const int64_t dim = static_cast<int64_t>(sizes.size());
+  FP8EXT_CHECK_QUANT(dim == 2, "x", "expected a 2-D [M, 2I] tensor (the gate half, then the up half), got a ", dim,
+                     "-D tensor of shape ", shape_str(sizes));
+  FP8EXT_CHECK_QUANT(sizes[1] > 0 && sizes[1] % 32 == 0, "x", "its last dimension 2I = ", sizes[1],
+                     " must be a positive multiple of 32 (I a multiple of 16; x is ", shape_str(sizes), ")");
+  FP8EXT_CHECK_QUANT(sizes[0] == 0 || strides[1] == 1, "x",
+                     "the last dimension must be contiguous (stride 1), got strides ", shape_str(strides),
+                     "; pass x.contiguous()");
+  QuantizeRowwiseParams p;
+  p.src = src;
+  p.dst = dst;
+  p.gated = true;
+  p.rows = sizes[0];
+  p.K = sizes[1] / 2;
+  p.inner_rows = std::max<int64_t>(sizes[0], 1);
+  p.inner_stride = sizes[0] == 1 ? 0 : strides[0];  // unused for one row: zeroed for the alignment test
+  return p;
+}
+
+QuantizeRowwiseCall prepare_silu_mul_quantize(const Tensor& x) {
+  QuantizeRowwiseCall c{check_silu_mul_quantize(x.sizes(), x.strides(), x.scalar_type()), {}, {}};
+  const std::vector<int64_t> q_shape{c.params.rows, c.params.K}, scale_shape{c.params.rows, 1};
+  c.q = torch::stable::new_empty(x, q_shape, ScalarType::Float8_e4m3fn);
+  c.scale = torch::stable::new_empty(x, scale_shape, ScalarType::Float);
+  c.params.x = x.const_data_ptr();
+  c.params.q = c.q->mutable_data_ptr();
+  c.params.scale = static_cast<float*>(c.scale->mutable_data_ptr());
+  return c;
 }
 
 QuantizeRowwiseCall prepare_quantize_rowwise(const Tensor& x, std::optional<ScalarType> dtype,

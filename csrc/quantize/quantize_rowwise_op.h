@@ -46,4 +46,11 @@ QuantizeRowwiseCall prepare_quantize_rowwise(const Tensor& x, std::optional<Scal
 // x (fp8ext.linear, within check_linear_meta): `params` is what that returned, and q's dtype is its dst.
 QuantizeRowwiseCall allocate_quantize_rowwise(const Tensor& x, const QuantizeRowwiseParams& params);
 
+// fp8ext::silu_mul_quantize_rowwise: x [M, 2I] (the gate half, then the up half) quantized as y = silu(gate) * up
+// (QuantizeRowwiseParams::gated), e4m3 only. Its checks (metadata only, for the fake implementation too), and one
+// call validated with its outputs allocated: q [M, I] float8_e4m3fn, scale [M, 1] float32. Its CPU backend is
+// torch's silu and mul, then quantize_rowwise (python/fp8ext/quantize.py), the same bits as the kernel's.
+QuantizeRowwiseParams check_silu_mul_quantize(IntSpan sizes, IntSpan strides, ScalarType x_dtype);
+QuantizeRowwiseCall prepare_silu_mul_quantize(const Tensor& x);
+
 }  // namespace fp8ext

@@ -47,15 +47,18 @@ from .autotune import _configure_from_environment, autotune, autotune_entries
 from .kernels import (_backends_from_environment, _has_cuda_kernels, backends, blockwise_kernel_names, force_kernel,
                       kernel_names, kernel_traits, selected_blockwise_kernel, selected_kernel, set_backends)
 from .ops import linear, scaled_mm
-from .quantize import f8f8bf16_rowwise, quantize_blockwise, quantize_rowwise
+from .quantize import f8f8bf16_rowwise, quantize_blockwise, quantize_rowwise, silu_mul_quantize_rowwise
 from .grouped import scaled_grouped_mm, scaled_grouped_mm_masked
+from .moe_routing import moe_combine, moe_dispatch
 from . import compile, nn  # noqa: A004  (fp8ext.compile: the torch.compile switch)
 from .nn import ConvertReport, Float8Linear, convert
 
 __all__ = ["scaled_mm", "scaled_grouped_mm", "scaled_grouped_mm_masked", "linear", "kernel_names", "kernel_traits",
-           "selected_kernel", "force_kernel", "set_backends", "backends", "autotune", "autotune_entries", "build_info",
-           "__version__", "quantize_rowwise", "f8f8bf16_rowwise", "quantize_blockwise", "blockwise_kernel_names",
-           "selected_blockwise_kernel", "nn", "Float8Linear", "convert", "ConvertReport", "TorchaoConfig", "compile"]
+           "selected_kernel", "force_kernel", "set_backends", "backends", "autotune", "autotune_entries",
+           "build_info", "__version__", "quantize_rowwise", "silu_mul_quantize_rowwise", "f8f8bf16_rowwise",
+           "quantize_blockwise", "moe_dispatch", "moe_combine", "blockwise_kernel_names", "selected_blockwise_kernel",
+           "nn", "Float8Linear",
+           "convert", "ConvertReport", "TorchaoConfig", "compile"]
 
 if _has_cuda_kernels():
     # Part of the autotuner's cache key: a choice measured under other versions is tuned again.

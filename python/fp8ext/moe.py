@@ -5,24 +5,22 @@ in. The routing stays the model's: the router before the experts is left as it i
 
 The forward, for T tokens each routed to k experts:
 
-  1. the T * k routed rows are sorted by expert (a stable sort); offs, each expert's end row, is a searchsorted of
-     the expert ids in the sorted ones. The rows' tokens are quantized per row (quantize_rowwise) and gathered into
-     that order: up to FEW_ROWS routed rows the bf16 tokens are gathered and then quantized (one launch fewer),
-     above it each token is quantized once and its FP8 row and scale gathered (fewer bytes). Both give the same
-     bits: a row's scale depends on that row alone;
-  2. h = scaled_grouped_mm(rows, gate_up^T) [T * k, 2I]; y = act(gate) * up, quantized per row;
+  1. the T * k routed slots are sorted by expert, stably; offs holds each expert's end row, pos each slot's row. The
+     rows' tokens are quantized per row, in that order. Up to FEW_ROWS slots this is one op, moe_dispatch: a routing
+     kernel and the quantize reading each row's token through its index. Above it, torch's sort and searchsorted,
+     then each token quantized once and its FP8 row and scale gathered (fewer bytes, and a sort that scales). Both
+     give the same bits: a row's scale depends on that row alone;
+  2. h = scaled_grouped_mm(rows, gate_up^T) [T * k, 2I]; y = act(gate) * up, quantized per row (for SiLU, the
+     models' activation, one op: silu_mul_quantize_rowwise);
   3. o = scaled_grouped_mm(y, down^T) [T * k, H];
-  4. o is put back in token order, up to FEW_ROWS rows by an index_copy_ through the sort's permutation (one
-     launch), above it by a gather through its inverse (torch's gather moves 16-byte vectors, its index_copy_ one
-     element at a time, several times slower at prefill sizes); then each token's k rows are summed with
-     their routing weights as one batched [1, k] x [k, H] product (bmm): no atomics, so the sum is the same every
-     run.
+  4. moe_combine puts o back in token order, each token's k rows summed with their routing weights in a fixed order
+     (float32, no atomics: the sum is the same every run). An expert id outside [0, G) gives its token NaN.
 
 Nothing reads the group sizes on the host, so a converted MoE layer never waits for the GPU and can be captured in a
-CUDA graph. At decode a layer is a chain of small kernels, so their number is what its time follows: the steps
-above dispatch 13 ops that launch (the grouped GEMMs count one each, a prologue and a GEMM on CUDA; a test
-holds the count, docs/decisions.md what it replaced). The grouped GEMMs write bfloat16 on CUDA; a float16 or
-float32 model gets its experts' output cast to its dtype.
+CUDA graph. At decode a layer is a chain of small kernels, so their number is what its time follows: up to FEW_ROWS
+slots, with SiLU and routing weights in the output's dtype, the steps above dispatch 5 ops, 8 kernels (a test holds
+the count, docs/decisions.md what it replaced). The grouped GEMMs write bfloat16 on CUDA; a float16 or float32 model
+gets its experts' output cast to its dtype.
 """
 from __future__ import annotations
 
@@ -33,13 +31,13 @@ from torch import nn
 
 from ._cast import keeping_dtypes
 from .grouped import scaled_grouped_mm
-from .quantize import quantize_rowwise
+from .moe_routing import MAX_SLOTS, moe_combine, moe_dispatch
+from .quantize import quantize_rowwise, silu_mul_quantize_rowwise
 
 E4M3 = torch.float8_e4m3fn
-# Routed rows (tokens x top-k) up to which the forward takes the fewest launches (the tokens gathered in their own
-# dtype and quantized after the gather, the output put back by one index_copy_); above it, the fewest bytes (each
-# token quantized once and gathered as FP8, the output put back by a vectorized gather).
-FEW_ROWS = 1024
+# Routed slots (tokens x top-k) up to which moe_dispatch routes them (one CTA, the fewest launches); above it torch's
+# sort, which scales, and each token quantized once then gathered as FP8 (fewer bytes than quantizing k copies).
+FEW_ROWS = MAX_SLOTS
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -88,6 +86,8 @@ class Float8Experts(nn.Module):
         self.num_experts, two_i, self.hidden_dim = experts.gate_up_proj.shape
         self.intermediate_dim = two_i // 2
         self.act_fn = experts.act_fn
+        # SiLU (transformers' SiLUActivation, or nn.SiLU): the activation and its quantize run as one op
+        self.silu = isinstance(self.act_fn, nn.SiLU) or type(self.act_fn).__name__ == "SiLUActivation"
         self.use_fast_accum = use_fast_accum
         with torch.no_grad():
             q, s = _quantized(experts.gate_up_proj)
@@ -110,30 +110,35 @@ class Float8Experts(nn.Module):
         T, H = hidden_states.shape
         k = top_k_index.shape[-1]
         out_dtype = hidden_states.dtype if hidden_states.device.type == "cpu" else torch.bfloat16
-        experts, order = torch.sort(top_k_index.reshape(-1), stable=True)  # the routed rows, expert by expert
-        ids = self.expert_ids.to(experts.dtype)  # the buffer itself when the dtypes agree (no launch)
-        offs = torch.searchsorted(experts, ids, right=True, out_int32=True)  # rows routed to experts <= g
-        tokens = order // k
-        few = order.numel() <= FEW_ROWS
-        if few:
-            q, s = quantize_rowwise(hidden_states[tokens])
+        top_k_index = top_k_index.contiguous()  # the routing ops' layout (the router's top-k already is)
+        if T * k <= FEW_ROWS:
+            q, s, offs, pos = moe_dispatch(hidden_states, top_k_index, self.num_experts)
         else:
-            q, s = quantize_rowwise(hidden_states)  # each token once, then gathered for each of its experts
-            q, s = q[tokens], s.view(-1)[tokens]
-        h = scaled_grouped_mm(q, self.gate_up_weight.transpose(-2, -1), s.view(-1), self.gate_up_scale, offs,
+            q, s, offs, pos = self._dispatch_many(hidden_states, top_k_index)
+        h = scaled_grouped_mm(q, self.gate_up_weight.transpose(-2, -1), s, self.gate_up_scale, offs,
                               out_dtype=out_dtype, use_fast_accum=self.use_fast_accum)
-        gate, up = h.chunk(2, dim=-1)
-        q, s = quantize_rowwise(self.act_fn(gate) * up)
+        if self.silu:
+            q, s = silu_mul_quantize_rowwise(h)
+        else:
+            gate, up = h.chunk(2, dim=-1)
+            q, s = quantize_rowwise(self.act_fn(gate) * up)
         o = scaled_grouped_mm(q, self.down_weight.transpose(-2, -1), s.view(-1), self.down_scale, offs,
                               out_dtype=out_dtype, use_fast_accum=self.use_fast_accum)
-        if few:
-            by_token = torch.empty_like(o).index_copy_(0, order, o)
-        else:
-            inverse = torch.empty_like(order).index_put_((order,), torch.arange(order.numel(), device=order.device))
-            by_token = o[inverse]
-        by_token = by_token.view(T, k, H)
-        weights = top_k_weights.reshape(T, 1, k).to(o.dtype)
-        return torch.bmm(weights, by_token).view(T, H).to(hidden_states.dtype)
+        return moe_combine(o, pos, top_k_weights.to(o.dtype).contiguous()).to(hidden_states.dtype)
+
+    def _dispatch_many(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor):
+        # moe_dispatch's outputs, by torch ops: the same rows, offs and pos (an id outside [0, G) sorts last and has
+        # no row), each token quantized once and its FP8 row gathered for each of its experts.
+        T, k = top_k_index.shape
+        ids = top_k_index.reshape(-1)
+        valid = (ids >= 0) & (ids < self.num_experts)
+        experts, order = torch.sort(torch.where(valid, ids, self.num_experts), stable=True)
+        offs = torch.searchsorted(experts, self.expert_ids.to(experts.dtype), right=True, out_int32=True)
+        tokens = order // k
+        q, s = quantize_rowwise(hidden_states)
+        rows = torch.arange(T * k, device=ids.device, dtype=torch.int32)
+        pos = torch.empty_like(rows).index_put_((order,), rows)
+        return q[tokens], s.view(-1)[tokens], offs, torch.where(valid, pos, -1).view(T, k)
 
     def extra_repr(self) -> str:
         return (f"num_experts={self.num_experts}, hidden_dim={self.hidden_dim}, "

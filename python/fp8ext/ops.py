@@ -346,5 +346,6 @@ def _register_autograd_guard(name: str, tensor_args: tuple[str, ...], required: 
 _SCALED_MM = _register_autograd_guard("scaled_mm", SCALED_MM_TENSORS, 4)
 _QUANTIZE_ROWWISE = _register_autograd_guard("quantize_rowwise", ("x",), 1)
 _QUANTIZE_BLOCKWISE = _register_autograd_guard("quantize_blockwise", ("x",), 1)
+_SILU_MUL_QUANTIZE = _register_autograd_guard("silu_mul_quantize_rowwise", ("x",), 1)
 _LINEAR = _register_autograd_guard("linear", LINEAR_TENSORS, 3)
 _IMPL.impl("linear", _linear_cpu, "CPU")

@@ -13,7 +13,8 @@ from typing import Optional
 import torch
 
 from . import _C  # noqa: F401  (loading the library registers torch.ops.fp8ext)
-from .ops import (_QUANTIZE_BLOCKWISE, _QUANTIZE_ROWWISE, FP8_DTYPES, _refuse_grad, _refuse_missing, _run_check,
+from .ops import (_IMPL, _QUANTIZE_BLOCKWISE, _QUANTIZE_ROWWISE, _SILU_MUL_QUANTIZE, FP8_DTYPES, _refuse_grad,
+                  _refuse_missing, _run_check,
                   _size_hint, scaled_mm)
 
 E4M3 = torch.float8_e4m3fn
@@ -158,6 +159,47 @@ def _quantize_rowwise_fake(x, dtype=None, scale_ub=None):
     _check_quantize_rowwise(x, dtype, scale_ub)
     q = x.new_empty(x.shape, dtype=E4M3 if dtype is None else dtype)
     return q, x.new_empty((*x.shape[:-1], 1), dtype=torch.float32)
+
+
+def silu_mul_quantize_rowwise(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gated activation of a SwiGLU MLP and its row-wise quantize in one call: for ``x [M, 2I]`` (the gate
+    half, then the up half, as a fused gate-up projection writes them)::
+
+        y = silu(x[:, :I]) * x[:, I:]          # as torch computes it in x's dtype: each op in float32, rounded
+        x_fp8, scale = quantize_rowwise(y)     # float8_e4m3fn [M, I], float32 [M, 1]
+
+    equal bit for bit to ``quantize_rowwise(torch.nn.functional.silu(gate) * up)``. On CUDA one kernel reads x once
+    and writes only q and scale (the three ops read and write y twice more); on CPU it runs those three ops.
+
+    Args:
+        x: bfloat16, float16 or float32 ``[M, 2I]``, I a multiple of 16, last dimension contiguous.
+
+    Not differentiable (an ``x`` that requires grad is refused with grad mode on). Bad arguments raise
+    ``RuntimeError`` naming the argument, as quantize_rowwise's do.
+    """
+    return _SILU_MUL_QUANTIZE(x)
+
+
+def _check_silu_mul_quantize(x) -> None:
+    _refuse_missing("fp8ext.silu_mul_quantize_rowwise", ("x",), (x,))
+    _run_check(torch.ops.fp8ext._check_silu_mul_quantize_meta, [_size_hint(s) for s in x.shape],
+               [_size_hint(s) for s in x.stride()], x.dtype)
+
+
+@torch.library.register_fake("fp8ext::silu_mul_quantize_rowwise")
+def _silu_mul_quantize_fake(x):
+    _check_silu_mul_quantize(x)
+    return x.new_empty((x.shape[0], x.shape[1] // 2), dtype=E4M3), x.new_empty((x.shape[0], 1), dtype=torch.float32)
+
+
+def _silu_mul_quantize_cpu(x):
+    # torch's own silu and mul, then quantize_rowwise: the definition itself (the CUDA kernel matches it bit for bit)
+    _check_silu_mul_quantize(x)
+    gate, up = x.chunk(2, dim=-1)
+    return torch.ops.fp8ext.quantize_rowwise(torch.nn.functional.silu(gate) * up)
+
+
+_IMPL.impl("silu_mul_quantize_rowwise", _silu_mul_quantize_cpu, "CPU")
 
 
 def _check(cond: bool, arg: str, message: str) -> None:
