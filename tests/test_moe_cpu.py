@@ -90,6 +90,25 @@ def test_the_few_rows_and_the_many_rows_forward_give_the_same_bits(monkeypatch):
     assert torch.equal(got[0], got[10_000]) and got[0].abs().sum() > 0
 
 
+def test_an_expert_id_out_of_range_makes_its_token_nan_on_both_paths(monkeypatch):
+    """A router that hands an expert id outside [0, G) gets NaN for that token, on both the moe_dispatch path and the
+    torch sort path, and the other tokens' outputs as if the bad slots were not there."""
+    f8 = Float8Experts(tiny("qwen3_moe").model.layers[0].mlp.experts)
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(5, 64, generator=gen)
+    index = torch.stack([torch.randperm(8, generator=gen)[:2] for _ in range(5)])
+    weights = torch.rand(5, 2, generator=gen)
+    want = f8(x, index, weights)
+    bad = index.clone()
+    bad[1, 0], bad[3, 1] = 8, -1
+    for rows in (0, 10_000):
+        monkeypatch.setattr(fp8ext.moe, "FEW_ROWS", rows)
+        got = f8(x, bad, weights)
+        assert got[[1, 3]].isnan().all()
+        # close, not equal: on CPU a group's float32 matmul may round differently when its row count changes
+        torch.testing.assert_close(got[[0, 2, 4]], want[[0, 2, 4]])
+
+
 def test_the_fused_silu_quantize_equals_the_activation_then_quantize_rowwise():
     """With SiLU, Float8Experts quantizes act(gate) * up in one op (silu_mul_quantize_rowwise); any other activation
     runs act_fn, the product and quantize_rowwise. On SiLU both give the same output."""
