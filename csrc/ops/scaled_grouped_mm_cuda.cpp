@@ -49,10 +49,12 @@ int64_t split_rows(const GroupedMmProblem& p, bool use_fast_accum) {
 // few rows per group but more rows in all than split_rows() may still hold a large group (routing skewed to one
 // expert), which the swapped tile runs at a fraction of the large tile's speed: it gets the family's split kernel,
 // which sends each group to one of the two tiles on the device (grouped_gemm.cuh, grouped_prologue). The limits,
-// per family, come from tools/fit_grouped_dispatch.py (grouped_dispatch.inc). Block-wise scales are promoted and
-// scaled once per K group whatever use_fast_accum says, as in scaled_mm.
+// per family, come from tools/fit_grouped_dispatch.py (grouped_dispatch.inc). Where even all rows in one group would
+// not give every SM a 128 x 128 tile (row-wise, K of two blocks or more), such a group could not fill the GPU on the
+// large tile either: the split-K kernel runs it in K slices instead (sm90/grouped/grouped_split.cuh). Block-wise scales
+// are promoted and scaled once per K group whatever use_fast_accum says, as in scaled_mm.
 const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool use_fast_accum,
-                                               std::optional<int64_t> expected_m) {
+                                               std::optional<int64_t> expected_m, int sm_count) {
   const double rows_per_group = p.layout == GroupedLayout::k2d3d
                                     ? static_cast<double>(p.M) / static_cast<double>(p.groups)
                                     : static_cast<double>(p.masked ? expected_m.value_or(p.M) : p.M);
@@ -61,10 +63,12 @@ const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool u
                                           : kSwapMaxRowsPerGroup_rowwise_precise;
   const bool few = rows_per_group <= limit;
   const bool split = few && p.layout == GroupedLayout::k2d3d && p.M > split_rows(p, use_fast_accum);
+  const bool splitk = split && !p.blockwise && p.K >= 256 && (p.M + 127) / 128 * ((p.N + 127) / 128) < sm_count;
   const bool wide = !few && !p.blockwise && use_fast_accum && rows_per_group > kNarrowMaxRowsPerGroup_rowwise_fast;
   const char* accum = use_fast_accum ? "fast" : "precise";
   const std::string name =
-      split ? (p.blockwise ? std::string("grp_bw_split_bf16") : str("grp_split_", accum, "_bf16"))
+      splitk  ? str("grp_splitk_", accum, "_bf16")
+      : split ? (p.blockwise ? std::string("grp_bw_split_bf16") : str("grp_split_", accum, "_bf16"))
       : p.blockwise ? str(few ? "grp_bw_swap_coop_128x32x128_c1x1" : "grp_bw_coop_128x128x128_c1x1", "_bf16")
       : wide        ? std::string("grp_coop_128x256x128_c1x1_fast_bf16")
                     : str(few ? "grp_swap_pp_128x32x128_c1x1_" : "grp_coop_128x128x128_c1x1_", accum, "_bf16");
@@ -131,6 +135,8 @@ const sm90::GroupedKernelEntry& named_kernel(const GroupedMmProblem& p, const st
   const sm90::GroupedKernelEntry* kernel = sm90::GroupedRegistry::find(name);
   FP8EXT_CHECK(kernel != nullptr, "fp8ext._scaled_grouped_mm_with_kernel: no grouped kernel '", name,
                "' in this build");
+  FP8EXT_CHECK(kernel->traits.out == sm90::OutType::kBF16, "fp8ext._scaled_grouped_mm_with_kernel: kernel '", name,
+               "' writes a split-K call's float32 partial sums; it is a part of grp_splitk_*, not a kernel of its own");
   FP8EXT_CHECK((name.rfind("grp_bw_", 0) == 0) == p.blockwise, "fp8ext._scaled_grouped_mm_with_kernel: kernel '", name,
                "' takes ", p.blockwise ? "row-wise" : "block-wise", " scales, the call has ",
                p.blockwise ? "block-wise" : "row-wise", " ones");
@@ -156,7 +162,8 @@ Tensor run_grouped(const Tensor& a, const Tensor& b, const Tensor& scale_a, cons
   Tensor out = new_grouped_output(a, problem);
   if (problem.M == 0 || problem.N == 0) return out;
   const sm90::GroupedKernelEntry& kernel =
-      kernel_name.empty() ? grouped_kernel(problem, use_fast_accum, expected_m) : named_kernel(problem, kernel_name);
+      kernel_name.empty() ? grouped_kernel(problem, use_fast_accum, expected_m, props.multiProcessorCount)
+                          : named_kernel(problem, kernel_name);
   const cudaStream_t stream = current_cuda_stream(device);
   // CUTLASS's grouped blockwise mainloop does not read the scale layouts it is given: it rebuilds each group's from
   // the group's extents, K groups side by side and one row (scale_a: per token; scale_b: per 128 weight columns)
@@ -196,9 +203,12 @@ Tensor scaled_grouped_mm_with_kernel(Tensor a, Tensor b, Tensor scale_a, Tensor 
                      kernel);
 }
 
+// The kernels a call can name: the bf16 ones (the float32 partial kernels are parts of the split-K kernels).
 std::vector<std::string> grouped_kernel_names() {
   std::vector<std::string> names;
-  for (const auto& k : sm90::GroupedRegistry::all()) names.emplace_back(k.name);
+  for (const auto& k : sm90::GroupedRegistry::all()) {
+    if (k.traits.out == sm90::OutType::kBF16) names.emplace_back(k.name);
+  }
   return names;
 }
 
