@@ -135,6 +135,7 @@ def test_a_split_kernel_runs_each_group_on_its_tile_bit_for_bit(family, sizes):
         large += on_large_tile(rows, sum(SKEWED[sizes]))
     assert large == (sizes != "a large group among others")
     assert torch.equal(split[-5:], torch.zeros_like(split[-5:]))
+    assert torch.equal(fp8ext.scaled_grouped_mm(*args, **kw, use_fast_accum=family == "fast"), split)
 
 
 def by_splitk(args, kw, fast, out):
@@ -150,18 +151,20 @@ def by_splitk(args, kw, fast, out):
         yield on_large_tile(a.size(0), total)
 
 
+@pytest.mark.parametrize("K", [512, 4096])
 @pytest.mark.parametrize("fast", [False, True])
 @pytest.mark.parametrize("sizes", list(SKEWED))
-def test_a_splitk_kernel_runs_the_large_group_in_slices_and_the_others_on_the_small_tile(fast, sizes):
-    """These calls (K = 512, four slices; N = 256) are too small for the large tile to fill the GPU: the dispatch
-    picks the split-K kernel, which gives the same bits on every run."""
-    args, kw = on(DEV, moe_call(SKEWED[sizes], 256, 512, bias=True, extra_rows=5))
+def test_a_splitk_kernel_runs_the_large_group_in_slices_and_the_others_on_the_small_tile(K, fast, sizes):
+    """The large group in slices (K = 512: up to four; 4096: up to sixteen), the same bits on every run. At K = 4096
+    these calls (N = 256) are too small for the large tile to fill the GPU: the dispatch picks the split-K kernel."""
+    args, kw = on(DEV, moe_call(SKEWED[sizes], 256, K, bias=True, extra_rows=5))
     accum = "fast" if fast else "precise"
     out = named(args, kw, fast, f"grp_splitk_{accum}_bf16")
     assert sum(by_splitk(args, kw, fast, out)) == (sizes != "a large group among others")
     assert torch.equal(out[-5:], torch.zeros_like(out[-5:]))
-    assert torch.equal(fp8ext.scaled_grouped_mm(*args, **kw, use_fast_accum=fast), out)
     assert torch.equal(named(args, kw, fast, f"grp_splitk_{accum}_bf16"), out)
+    picked = fp8ext.scaled_grouped_mm(*args, **kw, use_fast_accum=fast)
+    assert torch.equal(picked, out) == (K == 4096)
 
 
 def test_a_partial_kernel_is_not_a_kernel_of_its_own():
@@ -201,9 +204,9 @@ def test_a_captured_split_call_moves_groups_between_tiles_at_replay():
 
 
 def test_a_captured_splitk_call_moves_groups_between_slices_and_the_small_tile_at_replay():
-    """The dispatch's kernel for these calls (split-K) decides on the device too, slices included."""
+    """The split-K kernel decides on the device too, slices included."""
     sizes = [15] * 12
-    args, kw, graph, captured = captured_call(sizes)
+    args, kw, graph, captured = captured_call(sizes, "grp_splitk_precise_bf16")
     for new in (sizes, *REPLAYED):
         kw["offs"].copy_(ends(new).to(DEV))
         graph.replay()

@@ -35,6 +35,12 @@ sm90::GroupedForm to_form(GroupedLayout l) {
   }
 }
 
+// The least K for the split-K kernel. Its slices cost a fixed time more than the 128 x 128 tile: the reduce, the
+// fp32 tiles' epilogue and a kernel more, about 16 blocks of 128 K on the tuning set's OLMoE 2048 x 2048 experts
+// (128 rows in one group on an H100: 8 slices in 10 us plus a 3.3 us reduce, the 128 x 128 tile in 11.6 us). Halving
+// the blocks saves that from 32 blocks on.
+constexpr int64_t kSplitKMinDepth = 32 * 128;
+
 // A split kernel's group limit (grouped_dispatch.inc), for the call's family: a group of more rows that also holds
 // more than half of the call's rows runs on the large tile.
 int64_t split_rows(const GroupedMmProblem& p, bool use_fast_accum) {
@@ -50,9 +56,9 @@ int64_t split_rows(const GroupedMmProblem& p, bool use_fast_accum) {
 // expert), which the swapped tile runs at a fraction of the large tile's speed: it gets the family's split kernel,
 // which sends each group to one of the two tiles on the device (grouped_gemm.cuh, grouped_prologue). The limits,
 // per family, come from tools/fit_grouped_dispatch.py (grouped_dispatch.inc). Where even all rows in one group would
-// not give every SM a 128 x 128 tile (row-wise, K of two blocks or more), such a group could not fill the GPU on the
-// large tile either: the split-K kernel runs it in K slices instead (sm90/grouped/grouped_split.cuh). Block-wise scales
-// are promoted and scaled once per K group whatever use_fast_accum says, as in scaled_mm.
+// fill at most half the SMs with 128 x 128 tiles (row-wise), such a group leaves the GPU half idle on the large tile:
+// with K of at least kSplitKMinDepth, the split-K kernel runs it in K slices instead (sm90/grouped/grouped_split.cuh).
+// Block-wise scales are promoted and scaled once per K group whatever use_fast_accum says, as in scaled_mm.
 const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool use_fast_accum,
                                                std::optional<int64_t> expected_m, int sm_count) {
   const double rows_per_group = p.layout == GroupedLayout::k2d3d
@@ -63,7 +69,8 @@ const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool u
                                           : kSwapMaxRowsPerGroup_rowwise_precise;
   const bool few = rows_per_group <= limit;
   const bool split = few && p.layout == GroupedLayout::k2d3d && p.M > split_rows(p, use_fast_accum);
-  const bool splitk = split && !p.blockwise && p.K >= 256 && (p.M + 127) / 128 * ((p.N + 127) / 128) < sm_count;
+  const bool splitk = split && !p.blockwise && p.K >= kSplitKMinDepth &&
+                      2 * ((p.M + 127) / 128) * ((p.N + 127) / 128) <= sm_count;
   const bool wide = !few && !p.blockwise && use_fast_accum && rows_per_group > kNarrowMaxRowsPerGroup_rowwise_fast;
   const char* accum = use_fast_accum ? "fast" : "precise";
   const std::string name =

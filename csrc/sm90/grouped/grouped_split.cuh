@@ -87,29 +87,22 @@ struct SplitKPlan {
 
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The slices of a group of `rows` x N x K: the count that minimises an estimate of its time, in units of one K block
-// of one tile on one SM (about 0.55 us at the capped clock): waves of tiles x slices, each wave its slice's blocks
-// plus kTileOverhead for the pipeline fill and the epilogue, plus the reduce's read of every slice from L2 at
-// kReduceFloatsPerUnit floats per unit (about 4 TB/s). Estimates, not fits; a split whose partials would not fit
-// `partial_floats` is not taken. 0: the group does not fit even one slice (it then runs on the small tile).
-constexpr double kTileOverhead = 2.0;
-constexpr double kReduceFloatsPerUnit = 560000.0;
-__device__ inline int64_t splitk_slices(int64_t rows, int64_t N, int64_t K, int sm_count, int64_t partial_floats) {
-  const int64_t tiles = ceil_div(rows, 128) * ceil_div(N, 128), blocks = ceil_div(K, kSliceBlock);
-  int64_t best = 0;
-  double best_cost = 0.0;
-  for (int64_t s = 1; s <= kMaxSlices && s <= blocks; ++s) {
-    const int64_t depth = ceil_div(blocks, s);
-    if (ceil_div(blocks, depth) != s) continue;  // the same slices as a smaller count
-    if (s * rows * N > partial_floats) break;
-    const double cost = double(ceil_div(tiles * s, sm_count)) * (kTileOverhead + double(depth)) +
-                        double(s * rows * N) / kReduceFloatsPerUnit;
-    if (best == 0 || cost < best_cost) {
-      best = s;
-      best_cost = cost;
-    }
-  }
-  return best;
+// The estimated time of a group of `rows` x N x K in `slices` slices, in units of one K block of one tile on one SM
+// (about 0.6 us at the capped clock), or a negative value where the slices do not exist (a smaller count gives the
+// same ones) or their partials would not fit `partial_floats`: waves of tiles x slices, each wave its slice's blocks
+// plus kTileOverhead for the pipeline fill and the epilogue, plus the reduce's read of every slice at
+// kReduceFloatsPerUnit floats per unit (2.1 M floats in 3.3 us on an H100: OLMoE's 2048 x 2048, 128 rows, 8 slices).
+// Thirty-two-bit arithmetic: a 64-bit division is a long software sequence, and 16 of these in one thread made the
+// prologue four times slower.
+constexpr float kTileOverhead = 2.0f;
+constexpr float kReduceFloatsPerUnit = 380000.0f;
+__device__ inline float splitk_cost(int rows, int N, int K, int sm_count, int64_t partial_floats, int slices) {
+  const int tiles = (rows + 127) / 128 * ((N + 127) / 128), blocks = (K + kSliceBlock - 1) / kSliceBlock;
+  if (slices > blocks) return -1.0f;
+  const int depth = (blocks + slices - 1) / slices;
+  if ((blocks + depth - 1) / depth != slices || int64_t(slices) * rows * N > partial_floats) return -1.0f;
+  return float((tiles * slices + sm_count - 1) / sm_count) * (kTileOverhead + float(depth)) +
+         float(int64_t(slices) * rows * N) / kReduceFloatsPerUnit;
 }
 
 // Whether group rows run as slices on the partial kernel: large_group(), and at least one slice fits.
@@ -135,8 +128,9 @@ __global__ void __launch_bounds__(kPrologueThreads)
     write_group<Small>(t, g, grp, p, !on_partials(grp.rows, total, p, partial_floats));
     return;
   }
-  if (g == p.groups) {
+  if (g == p.groups) {  // threads s < kMaxSlices: slice count s + 1 and partial-table slot s
     __shared__ int64_t large;
+    __shared__ float cost[kMaxSlices];
     if (threadIdx.x == 0) large = -1;
     __syncthreads();
     for (int64_t i = threadIdx.x; i < p.groups; i += blockDim.x) {
@@ -144,23 +138,33 @@ __global__ void __launch_bounds__(kPrologueThreads)
       if (on_partials(clamped(p.offs[i], start, p.M) - start, total, p, partial_floats)) large = i;  // one at most
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      GroupedParams q = p;
-      q.bias = nullptr;  // the reduce adds it
-      auto grp = find_group<Element, float>(q, large < 0 ? 0 : large);
-      const int64_t slices = large < 0 ? 0 : splitk_slices(grp.rows, p.N, p.K, p.sm_count, partial_floats);
-      const int64_t depth = slices == 0 ? 0 : ceil_div(ceil_div(p.K, kSliceBlock), slices) * kSliceBlock;
-      const auto* a = grp.a;
-      const auto* b = grp.b;
-      for (int64_t s = 0; s < kMaxSlices; ++s) {
-        const int64_t k0 = s * depth;
-        grp.a = a + k0;
-        grp.b = b + k0;
-        grp.depth = s < slices ? (p.K - k0 < depth ? p.K - k0 : depth) : 0;
-        grp.out = partials + s * grp.rows * p.N;
-        write_group<Partial>(partial_tables, s, grp, q, s < slices);
+    GroupedParams q = p;
+    q.bias = nullptr;  // the reduce adds it
+    auto grp = find_group<Element, float>(q, large < 0 ? 0 : large);
+    const int s = threadIdx.x;
+    if (s < kMaxSlices) {
+      cost[s] = large < 0 ? -1.0f
+                          : splitk_cost(int(grp.rows), int(p.N), int(p.K), p.sm_count, partial_floats, s + 1);
+    }
+    __syncthreads();
+    int64_t slices = 0;
+    float best = 0.0f;
+    for (int c = 0; c < kMaxSlices; ++c) {
+      if (cost[c] >= 0.0f && (slices == 0 || cost[c] < best)) {
+        slices = c + 1;
+        best = cost[c];
       }
-      *plan = {large, grp.start, grp.rows, slices};
+    }
+    if (s < kMaxSlices) {
+      const int64_t depth = slices == 0 ? 0 : ceil_div(ceil_div(p.K, kSliceBlock), slices) * kSliceBlock;
+      const int64_t k0 = s * depth;
+      grp.a += k0;
+      grp.b += k0;
+      grp.depth = s < slices ? (p.K - k0 < depth ? p.K - k0 : depth) : 0;
+      const int64_t rows = grp.rows;
+      grp.out = partials + s * rows * p.N;
+      write_group<Partial>(partial_tables, s, grp, q, s < slices);
+      if (s == 0) *plan = {large, grp.start, rows, slices};
     }
   }
   zero_tail_rows<typename Small::ElementD>(p);
@@ -177,13 +181,20 @@ __global__ void __launch_bounds__(kReduceThreads)
   const int64_t quads = pl.rows * N / 4, slice = pl.rows * N;
   for (int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; pl.slices > 0 && v < quads;
        v += int64_t(gridDim.x) * blockDim.x) {
-    float4 sum = reinterpret_cast<const float4*>(partials)[v];
-    for (int64_t s = 1; s < pl.slices; ++s) {
-      const float4 x = reinterpret_cast<const float4*>(partials + s * slice)[v];
-      sum.x += x.x;
-      sum.y += x.y;
-      sum.z += x.z;
-      sum.w += x.w;
+    float4 x[kMaxSlices];
+#pragma unroll
+    for (int s = 0; s < kMaxSlices; ++s) {  // all loads in flight first
+      if (s < pl.slices) x[s] = reinterpret_cast<const float4*>(partials + s * slice)[v];
+    }
+    float4 sum = x[0];
+#pragma unroll
+    for (int s = 1; s < kMaxSlices; ++s) {
+      if (s < pl.slices) {
+        sum.x += x[s].x;
+        sum.y += x[s].y;
+        sum.z += x[s].z;
+        sum.w += x[s].w;
+      }
     }
     const int64_t j = 4 * v % N;
     float b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -219,7 +230,10 @@ SplitKWorkspace splitk_workspace(const GroupedParams& p, const GroupedKernelEntr
 template <class SmallConfig, class PartialConfig, class PartialName>
 size_t grouped_splitk_workspace_size(const GroupedParams& p) {
   const GroupedKernelEntry* partial = GroupedRegistry::find(PartialName::kName);
-  return partial == nullptr ? 0 : splitk_workspace<SmallConfig, PartialName>(p, *partial).total;
+  const size_t small_alone = grouped_workspace_size<SmallConfig>(p);
+  if (partial == nullptr) return small_alone;
+  const size_t sliced = splitk_workspace<SmallConfig, PartialName>(p, *partial).total;
+  return sliced > small_alone ? sliced : small_alone;
 }
 
 template <class SmallConfig, class PartialConfig, class PartialName>
@@ -231,8 +245,9 @@ LaunchResult grouped_splitk_launch(const GroupedParams& p) {
                 "split-K: row-wise, a 128-deep unswapped fp32 partial kernel");
   const GroupedKernelEntry* partial = GroupedRegistry::find(PartialName::kName);
   if (partial == nullptr) return {false, "split-K", "its partial kernel is not in this build"};
+  // A call that cannot be sliced (named by hand: the dispatch sends none) runs on the small tile alone.
   if (p.form != GroupedForm::k2d3d || p.split_rows <= 0 || p.K < 2 * kSliceBlock || p.N % 16 != 0) {
-    return {false, "split-K", "takes 2d x 3d calls with K >= 256, N a multiple of 16 and positive split_rows"};
+    return grouped_launch<SmallConfig>(p);
   }
   const SplitKWorkspace w = splitk_workspace<SmallConfig, PartialName>(p, *partial);
   if (p.workspace_bytes < w.total) return {false, "workspace", "smaller than grouped_workspace_size()"};
