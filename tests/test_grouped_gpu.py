@@ -163,8 +163,8 @@ def test_a_splitk_kernel_runs_the_large_group_in_slices_and_the_others_on_the_sm
     assert sum(by_splitk(args, kw, fast, out)) == (sizes != "a large group among others")
     assert torch.equal(out[-5:], torch.zeros_like(out[-5:]))
     assert torch.equal(named(args, kw, fast, f"grp_splitk_{accum}_bf16"), out)
-    picked = fp8ext.scaled_grouped_mm(*args, **kw, use_fast_accum=fast)
-    assert torch.equal(picked, out) == (K == 4096)
+    if K == 4096:  # at K = 512 the dispatch picks the split kernel, whose bits may or may not differ
+        assert torch.equal(fp8ext.scaled_grouped_mm(*args, **kw, use_fast_accum=fast), out)
 
 
 def test_a_partial_kernel_is_not_a_kernel_of_its_own():
