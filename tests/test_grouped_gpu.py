@@ -35,6 +35,8 @@ GPU_CASES = {
     "2d3d decode-sized groups": lambda: moe_call([5, 0, 1, 37, 16, 3, 0, 9], 256, 512, bias=True),
     "2d3d large groups": lambda: moe_call([300, 0, 1, 129, 77, 255], 512, 256, extra_rows=7),
     "2d3d one group": lambda: moe_call([1000], 384, 1024),
+    # every row in one group, too few for a 128 x 128 tile on each SM: the split-K kernels, K in slices
+    "2d3d one large group, long K": lambda: moe_call([0] * 15 + [200], 512, 4096, bias=True, extra_rows=3),
     "3d3d small M": lambda: batched_call(4, 17, 256, 256, bias=True),
     "3d3d large M": lambda: batched_call(3, 200, 128, 384),
     "2d2d small M, an empty K slice": lambda: weight_grad_call(24, 128, [32, 0, 96, 16], bias=True),
@@ -75,7 +77,7 @@ SAME_TILE = {"grp_coop_128x128x128_c1x1_fast_bf16": "pp_128x128x128_c1x2_fast_bf
 
 def test_the_build_has_every_grouped_kernel():
     assert kernel_names() == {f"grp_{k}_{a}_bf16" for k in ("swap_pp_128x32x128_c1x1", "coop_128x128x128_c1x1",
-                                                            "split") for a in ("fast", "precise")} | {
+                                                            "split", "splitk") for a in ("fast", "precise")} | {
         "grp_bw_swap_coop_128x32x128_c1x1_bf16", "grp_bw_coop_128x128x128_c1x1_bf16", "grp_bw_split_bf16",
         "grp_coop_128x256x128_c1x1_fast_bf16"}
 
@@ -136,29 +138,79 @@ def test_a_split_kernel_runs_each_group_on_its_tile_bit_for_bit(family, sizes):
     assert torch.equal(fp8ext.scaled_grouped_mm(*args, **kw, use_fast_accum=family == "fast"), split)
 
 
-def captured_call(sizes):
-    """A 2d x 3d call with groups of `sizes` rows, run once and then captured: (args, kwargs, graph, its output)."""
+def by_splitk(args, kw, fast, out):
+    """A split-K call's groups: those on_large_tile() names against float64 (their K in slices), the others bit for
+    bit against the small tile."""
+    small = named(args, kw, fast, SPLITS["fast" if fast else "precise"][1])
+    total = int(kw["offs"][-1])
+    for g, (part, (a, b, sa, sb, bias)) in enumerate(groups(args, kw)):
+        if on_large_tile(a.size(0), total):
+            check_against_reference(part(out), a, b, sa, sb, bias, use_fast_accum=fast, what=f"group {g}")
+        else:
+            assert torch.equal(part(out), part(small)), f"a group of {a.size(0)} rows"
+        yield on_large_tile(a.size(0), total)
+
+
+@pytest.mark.parametrize("K", [512, 4096])
+@pytest.mark.parametrize("fast", [False, True])
+@pytest.mark.parametrize("sizes", list(SKEWED))
+def test_a_splitk_kernel_runs_the_large_group_in_slices_and_the_others_on_the_small_tile(K, fast, sizes):
+    """The large group in slices (K = 512: up to four; 4096: up to sixteen), the same bits on every run. At K = 4096
+    these calls (N = 256) are too small for the large tile to fill the GPU: the dispatch picks the split-K kernel."""
+    args, kw = on(DEV, moe_call(SKEWED[sizes], 256, K, bias=True, extra_rows=5))
+    accum = "fast" if fast else "precise"
+    out = named(args, kw, fast, f"grp_splitk_{accum}_bf16")
+    assert sum(by_splitk(args, kw, fast, out)) == (sizes != "a large group among others")
+    assert torch.equal(out[-5:], torch.zeros_like(out[-5:]))
+    assert torch.equal(named(args, kw, fast, f"grp_splitk_{accum}_bf16"), out)
+    if K == 4096:  # at K = 512 the dispatch picks the split kernel, whose bits may or may not differ
+        assert torch.equal(fp8ext.scaled_grouped_mm(*args, **kw, use_fast_accum=fast), out)
+
+
+def test_a_partial_kernel_is_not_a_kernel_of_its_own():
+    args, kw = on(DEV, moe_call([5, 0, 1, 37], 256, 512))
+    with pytest.raises(RuntimeError, match="float32 partial sums"):
+        named(args, kw, True, "grp_coop_128x128x128_c1x1_fast_fp32")
+
+
+def captured_call(sizes, kernel=None):
+    """A 2d x 3d call with groups of `sizes` rows, precise, on `kernel` (the dispatch's if None), run once and then
+    captured: (args, kwargs, graph, its output)."""
     args, kw = on(DEV, moe_call(sizes, 256, 256))
-    fp8ext.scaled_grouped_mm(*args, **kw)
+    call = (lambda: fp8ext.scaled_grouped_mm(*args, **kw)) if kernel is None else (
+        lambda: named(args, kw, False, kernel))
+    call()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        captured = fp8ext.scaled_grouped_mm(*args, **kw)
+        captured = call()
     return args, kw, graph, captured
+
+
+REPLAYED = ([0] * 5 + [180] + [0] * 6, [SPLIT_ROWS + 1, 179 - SPLIT_ROWS] + [0] * 10, [1] * 11 + [169],
+            [0] * 10 + [90, 90])
 
 
 def test_a_captured_split_call_moves_groups_between_tiles_at_replay():
     """Which tile a group runs on is decided on the device: one capture serves offsets with and without a large
     group."""
-    sizes = [15] * 12  # 180 rows, 15 per group: the dispatch picks the split
-    args, kw, graph, captured = captured_call(sizes)
-    offs = kw["offs"]
-    for new in (sizes, [0] * 5 + [180] + [0] * 6, [SPLIT_ROWS + 1, 179 - SPLIT_ROWS] + [0] * 10, [1] * 11 + [169],
-                [0] * 10 + [90, 90]):
-        offs.copy_(ends(new).to(DEV))
+    sizes = [15] * 12  # 180 rows, 15 per group
+    args, kw, graph, captured = captured_call(sizes, "grp_split_precise_bf16")
+    for new in (sizes, *REPLAYED):
+        kw["offs"].copy_(ends(new).to(DEV))
         graph.replay()
         for got, want, rows in by_tile(args, kw, "precise", captured):
             assert torch.equal(got, want), (new, rows)
+
+
+def test_a_captured_splitk_call_moves_groups_between_slices_and_the_small_tile_at_replay():
+    """The split-K kernel decides on the device too, slices included."""
+    sizes = [15] * 12
+    args, kw, graph, captured = captured_call(sizes, "grp_splitk_precise_bf16")
+    for new in (sizes, *REPLAYED):
+        kw["offs"].copy_(ends(new).to(DEV))
+        graph.replay()
+        assert sum(by_splitk(args, kw, False, captured)) == any(on_large_tile(n, 180) for n in new), new
 
 
 @pytest.mark.parametrize("case", list(GPU_CASES))

@@ -93,17 +93,6 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(MoeRouteParams
 constexpr int kCombineThreads = 128;
 
 template <typename T>
-__device__ __forceinline__ T from_float(float v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(v);
-  } else if constexpr (std::is_same_v<T, __half>) {
-    return __float2half_rn(v);
-  } else {
-    return v;
-  }
-}
-
-template <typename T>
 __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(MoeCombineParams p) {
   constexpr int kVec = 16 / sizeof(T);
   pdl::wait_for_prior_grids();  // the down projection wrote o

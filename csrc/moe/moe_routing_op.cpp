@@ -14,14 +14,14 @@ namespace fp8ext {
 
 namespace {
 
-// A [T, k] table (top_k_index, pos, weights): 2-D, contiguous, with `tokens` rows.
+// A [T, k] table (top_k_index, pos, weights): 2-D, contiguous, with `tokens` rows and `k` columns (any where < 0).
 void check_slot_table(const char* op, const TensorMeta& t, const char* arg, int64_t tokens, int64_t k) {
   FP8EXT_CHECK_ARG(t.dim() == 2, arg, "expected a 2-D [T, k] tensor, got a ", t.dim(), "-D tensor of shape ",
                    shape_str(t.sizes()));
-  FP8EXT_CHECK_ARG(t.size(0) == tokens && (k < 0 || t.size(1) == k), arg, "expected shape [T, k] = [", tokens, ", ",
-                   k < 0 ? t.size(1) : k, "], got ", shape_str(t.sizes()));
-  FP8EXT_CHECK_ARG(t.numel() <= 1 || (t.stride(1) == 1 && (t.size(0) == 1 || t.stride(0) == t.size(1))), arg,
-                   "expected a contiguous tensor, got strides ", shape_str(t.strides()), "; pass .contiguous()");
+  FP8EXT_CHECK_ARG((tokens < 0 || t.size(0) == tokens) && (k < 0 || t.size(1) == k), arg, "expected shape [T, k] = [",
+                   tokens < 0 ? t.size(0) : tokens, ", ", k < 0 ? t.size(1) : k, "], got ", shape_str(t.sizes()));
+  FP8EXT_CHECK_ARG(t.rows_contiguous(), arg, "expected a contiguous tensor, got strides ", shape_str(t.strides()),
+                   "; pass .contiguous()");
 }
 
 }  // namespace
@@ -61,14 +61,12 @@ MoeCombineParams check_moe_combine(const TensorMeta& o, const TensorMeta& pos, c
                    shape_str(o.sizes()));
   FP8EXT_CHECK_ARG(o.size(1) > 0 && o.size(1) % 16 == 0, "o", "H = ", o.size(1),
                    " (the last dimension) must be a positive multiple of 16 (o is ", shape_str(o.sizes()), ")");
-  FP8EXT_CHECK_ARG(o.numel() == 0 || (o.stride(1) == 1 && (o.size(0) == 1 || o.stride(0) == o.size(1))), "o",
+  FP8EXT_CHECK_ARG(o.rows_contiguous(), "o",
                    "expected a contiguous tensor, got strides ", shape_str(o.strides()), "; pass o.contiguous()");
   check_address_aligned(op, o, "o");
   FP8EXT_CHECK_ARG(pos.scalar_type() == ScalarType::Int, "pos", "expected dtype torch.int32, got ",
                    dtype_name(pos.scalar_type()));
-  FP8EXT_CHECK_ARG(pos.dim() == 2, "pos", "expected a 2-D [T, k] tensor, got a ", pos.dim(), "-D tensor of shape ",
-                   shape_str(pos.sizes()));
-  check_slot_table(op, pos, "pos", pos.size(0), -1);
+  check_slot_table(op, pos, "pos", -1, -1);
   check_on_device_of(op, pos, "pos", o, "o");
   FP8EXT_CHECK_ARG(weights.scalar_type() == dtype, "weights", "expected dtype ", dtype_name(dtype),
                    " (o's), got ", dtype_name(weights.scalar_type()), "; pass weights.to(o.dtype)");

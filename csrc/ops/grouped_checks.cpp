@@ -226,7 +226,7 @@ GroupedMmProblem check_scaled_grouped_mm_meta(const TensorMeta& a, const TensorM
                      shape_of({G, N}), ", got ", shape_str(t.sizes()));
     FP8EXT_CHECK_ARG(t.scalar_type() == out, "bias", "expected dtype ", dtype_name(out), " (the out_dtype), got ",
                      dtype_name(t.scalar_type()), "; pass bias.to(", dtype_name(out), ")");
-    FP8EXT_CHECK_ARG(t.numel() <= 1 || (t.stride(1) == 1 && (G == 1 || t.stride(0) == N)), "bias",
+    FP8EXT_CHECK_ARG(t.rows_contiguous(), "bias",
                      "expected a contiguous tensor, got strides ", shape_str(t.strides()));
     if (t.numel() > 0) check_address_aligned(t_op, t, "bias");
   }

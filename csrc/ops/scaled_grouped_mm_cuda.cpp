@@ -35,6 +35,12 @@ sm90::GroupedForm to_form(GroupedLayout l) {
   }
 }
 
+// The least K for the split-K kernel. Its slices cost a fixed time more than the 128 x 128 tile: the reduce, the
+// fp32 tiles' epilogue and a kernel more, about 16 blocks of 128 K on the tuning set's OLMoE 2048 x 2048 experts
+// (128 rows in one group on an H100: 8 slices in 10 us plus a 3.3 us reduce, the 128 x 128 tile in 11.6 us). Halving
+// the blocks saves that from 32 blocks on.
+constexpr int64_t kSplitKMinDepth = 32 * 128;
+
 // A split kernel's group limit (grouped_dispatch.inc), for the call's family: a group of more rows that also holds
 // more than half of the call's rows runs on the large tile.
 int64_t split_rows(const GroupedMmProblem& p, bool use_fast_accum) {
@@ -49,10 +55,12 @@ int64_t split_rows(const GroupedMmProblem& p, bool use_fast_accum) {
 // few rows per group but more rows in all than split_rows() may still hold a large group (routing skewed to one
 // expert), which the swapped tile runs at a fraction of the large tile's speed: it gets the family's split kernel,
 // which sends each group to one of the two tiles on the device (grouped_gemm.cuh, grouped_prologue). The limits,
-// per family, come from tools/fit_grouped_dispatch.py (grouped_dispatch.inc). Block-wise scales are promoted and
-// scaled once per K group whatever use_fast_accum says, as in scaled_mm.
+// per family, come from tools/fit_grouped_dispatch.py (grouped_dispatch.inc). Where even all rows in one group would
+// fill at most half the SMs with 128 x 128 tiles (row-wise), such a group leaves the GPU half idle on the large tile:
+// with K of at least kSplitKMinDepth, the split-K kernel runs it in K slices instead (sm90/grouped/grouped_split.cuh).
+// Block-wise scales are promoted and scaled once per K group whatever use_fast_accum says, as in scaled_mm.
 const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool use_fast_accum,
-                                               std::optional<int64_t> expected_m) {
+                                               std::optional<int64_t> expected_m, int sm_count) {
   const double rows_per_group = p.layout == GroupedLayout::k2d3d
                                     ? static_cast<double>(p.M) / static_cast<double>(p.groups)
                                     : static_cast<double>(p.masked ? expected_m.value_or(p.M) : p.M);
@@ -61,10 +69,13 @@ const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool u
                                           : kSwapMaxRowsPerGroup_rowwise_precise;
   const bool few = rows_per_group <= limit;
   const bool split = few && p.layout == GroupedLayout::k2d3d && p.M > split_rows(p, use_fast_accum);
+  const bool splitk = split && !p.blockwise && p.K >= kSplitKMinDepth &&
+                      2 * ((p.M + 127) / 128) * ((p.N + 127) / 128) <= sm_count;
   const bool wide = !few && !p.blockwise && use_fast_accum && rows_per_group > kNarrowMaxRowsPerGroup_rowwise_fast;
   const char* accum = use_fast_accum ? "fast" : "precise";
   const std::string name =
-      split ? (p.blockwise ? std::string("grp_bw_split_bf16") : str("grp_split_", accum, "_bf16"))
+      splitk  ? str("grp_splitk_", accum, "_bf16")
+      : split ? (p.blockwise ? std::string("grp_bw_split_bf16") : str("grp_split_", accum, "_bf16"))
       : p.blockwise ? str(few ? "grp_bw_swap_coop_128x32x128_c1x1" : "grp_bw_coop_128x128x128_c1x1", "_bf16")
       : wide        ? std::string("grp_coop_128x256x128_c1x1_fast_bf16")
                     : str(few ? "grp_swap_pp_128x32x128_c1x1_" : "grp_coop_128x128x128_c1x1_", accum, "_bf16");
@@ -131,6 +142,8 @@ const sm90::GroupedKernelEntry& named_kernel(const GroupedMmProblem& p, const st
   const sm90::GroupedKernelEntry* kernel = sm90::GroupedRegistry::find(name);
   FP8EXT_CHECK(kernel != nullptr, "fp8ext._scaled_grouped_mm_with_kernel: no grouped kernel '", name,
                "' in this build");
+  FP8EXT_CHECK(kernel->traits.out == sm90::OutType::kBF16, "fp8ext._scaled_grouped_mm_with_kernel: kernel '", name,
+               "' writes a split-K call's float32 partial sums; it is a part of grp_splitk_*, not a kernel of its own");
   FP8EXT_CHECK((name.rfind("grp_bw_", 0) == 0) == p.blockwise, "fp8ext._scaled_grouped_mm_with_kernel: kernel '", name,
                "' takes ", p.blockwise ? "row-wise" : "block-wise", " scales, the call has ",
                p.blockwise ? "block-wise" : "row-wise", " ones");
@@ -156,7 +169,8 @@ Tensor run_grouped(const Tensor& a, const Tensor& b, const Tensor& scale_a, cons
   Tensor out = new_grouped_output(a, problem);
   if (problem.M == 0 || problem.N == 0) return out;
   const sm90::GroupedKernelEntry& kernel =
-      kernel_name.empty() ? grouped_kernel(problem, use_fast_accum, expected_m) : named_kernel(problem, kernel_name);
+      kernel_name.empty() ? grouped_kernel(problem, use_fast_accum, expected_m, props.multiProcessorCount)
+                          : named_kernel(problem, kernel_name);
   const cudaStream_t stream = current_cuda_stream(device);
   // CUTLASS's grouped blockwise mainloop does not read the scale layouts it is given: it rebuilds each group's from
   // the group's extents, K groups side by side and one row (scale_a: per token; scale_b: per 128 weight columns)
@@ -196,9 +210,12 @@ Tensor scaled_grouped_mm_with_kernel(Tensor a, Tensor b, Tensor scale_a, Tensor 
                      kernel);
 }
 
+// The kernels a call can name: the bf16 ones (the float32 partial kernels are parts of the split-K kernels).
 std::vector<std::string> grouped_kernel_names() {
   std::vector<std::string> names;
-  for (const auto& k : sm90::GroupedRegistry::all()) names.emplace_back(k.name);
+  for (const auto& k : sm90::GroupedRegistry::all()) {
+    if (k.traits.out == sm90::OutType::kBF16) names.emplace_back(k.name);
+  }
   return names;
 }
 

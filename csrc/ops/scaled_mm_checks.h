@@ -43,6 +43,11 @@ struct TensorMeta {
   IntSpan strides() const { return strides_; }
   int64_t size(size_t i) const { return sizes_[i]; }
   int64_t stride(size_t i) const { return strides_[i]; }
+  // 2-D with its rows one after another, strides (size(1), 1), a size-1 dimension's stride free (as torch's
+  // is_contiguous()).
+  bool rows_contiguous() const {
+    return numel() <= 1 || ((size(1) == 1 || stride(1) == 1) && (size(0) == 1 || stride(0) == size(1)));
+  }
   int64_t numel() const {
     int64_t n = 1;
     for (const int64_t s : sizes_) n *= s;

@@ -21,6 +21,17 @@ constexpr unsigned kFullMask = 0xffffffffu;
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(float v) { return v; }
+// v rounded to nearest even in T (bf16, fp16 or fp32): to_float's inverse.
+template <typename T>
+__device__ __forceinline__ T from_float(float v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(v);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(v);
+  } else {
+    return v;
+  }
+}
 
 // |x| as an integer key: x's bits with the sign cleared. Keys of an IEEE format order as unsigned integers the way
 // the values' |x| do, and every NaN's key is above +inf's, so the integer max of the keys is the key of the row's

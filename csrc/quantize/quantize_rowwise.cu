@@ -78,24 +78,12 @@ __device__ __forceinline__ __nv_fp8_storage_t scaled(const In& v, float inv) {
 // (silu_mul in quantize_rowwise.h), from the gate's and the up's unit at the same position of their halves.
 template <typename In>
 __device__ __forceinline__ float round_to(float v) {
-  if constexpr (std::is_same_v<In, __nv_bfloat16>) {
-    return __bfloat162float(__float2bfloat16_rn(v));
-  } else if constexpr (std::is_same_v<In, __half>) {
-    return __half2float(__float2half_rn(v));
-  } else {
-    return v;
-  }
+  return to_float(from_float<In>(v));
 }
 template <typename In>
 __device__ __forceinline__ In gated(const In& g, const In& u) {
   const float y = silu_mul(to_float(g), to_float(u), [](float v) { return round_to<In>(v); });
-  if constexpr (std::is_same_v<In, __nv_bfloat16>) {
-    return __float2bfloat16_rn(y);  // exact: y is already a bfloat16 value
-  } else if constexpr (std::is_same_v<In, __half>) {
-    return __float2half_rn(y);
-  } else {
-    return y;
-  }
+  return from_float<In>(y);  // exact: y is already a value of In
 }
 template <typename In>
 __device__ __forceinline__ uint4 gated(const uint4& g, const uint4& u) {

@@ -209,6 +209,17 @@ GROUPED_SPLITS = {small: large for small in GROUPED_ROWS if small.swap_ab for la
                   (large.blockwise, large.accum, large.out) ==
                   (small.blockwise, small.accum, small.out)}
 
+# Split-K kernels (grouped_split.cuh, grouped_splitk_launch): each row-wise small-tile kernel with a partial kernel, the
+# 128 x 128 tile with fp32 out, on which a large group too small to fill the GPU runs in K slices that a reduce kernel
+# sums. The partial kernels are parts of these, not kernels a call can name (the op writes bf16).
+GROUPED_PARTIALS = [GroupedRow("coop", (128, 128, 128), (1, 1), accum, "fp32") for accum in ("fast", "precise")]
+GROUPED_SPLITKS = {small: partial for small in GROUPED_ROWS if small.swap_ab and not small.blockwise
+                   for partial in GROUPED_PARTIALS if partial.accum == small.accum}
+
+
+def _splitk_name(small: GroupedRow) -> str:
+    return f"grp_splitk_{small.accum}_{small.out}"
+
 
 @dataclass(frozen=True)
 class BlockwiseRow:
@@ -357,7 +368,9 @@ def manifest() -> str:
     grouped = sorted([*({**traits(k), "name": k.name, "twin": None, "split_with": None,
                          "scaling": "blockwise" if k.blockwise else "rowwise"} for k in GROUPED_ROWS),
                       *({**traits(k), "name": _split_name(k), "twin": None, "split_with": large.name,
-                         "scaling": "blockwise" if k.blockwise else "rowwise"} for k, large in GROUPED_SPLITS.items())],
+                         "scaling": "blockwise" if k.blockwise else "rowwise"} for k, large in GROUPED_SPLITS.items()),
+                      *({**traits(k), "name": _splitk_name(k), "twin": None, "split_with": partial.name,
+                         "scaling": "rowwise"} for k, partial in GROUPED_SPLITKS.items())],
                      key=lambda t: t["name"])
     lines = ",\n  ".join(json.dumps(k) for k in kernels)
     blockwise_lines = ",\n  ".join(json.dumps(k) for k in blockwise)
@@ -417,12 +430,25 @@ using LargeConfig = {config};
 FP8EXT_SM90_GROUPED_SPLIT_KERNEL("{name}", Config, LargeConfig, "{large}")
 """
 
+GROUPED_SPLITK_TEMPLATE = """
+namespace {{
+using PartialConfig = {config};
+}}
+
+FP8EXT_SM90_GROUPED_SPLITK_KERNEL("{name}", Config, PartialConfig, "{partial}")
+"""
+
 
 def _render_grouped() -> dict[str, str]:
-    files = _render(GROUPED_ROWS, GROUPED_TEMPLATE)
+    files = _render(GROUPED_ROWS + GROUPED_PARTIALS, GROUPED_TEMPLATE)
     for small, large in GROUPED_SPLITS.items():
-        files[f"{small.name}.cu"] += GROUPED_SPLIT_TEMPLATE.format(name=_split_name(small), config=large.config(),
-                                                                   large=large.name)
+        name = f"{small.name}.cu"
+        files[name] = files[name].replace("grouped/grouped_gemm.cuh", "grouped/grouped_split.cuh")
+        files[name] += GROUPED_SPLIT_TEMPLATE.format(name=_split_name(small), config=large.config(), large=large.name)
+        if small in GROUPED_SPLITKS:
+            partial = GROUPED_SPLITKS[small]
+            files[name] += GROUPED_SPLITK_TEMPLATE.format(name=_splitk_name(small), config=partial.config(),
+                                                          partial=partial.name)
     return files
 
 
@@ -479,7 +505,7 @@ def main() -> int:
     MANIFEST.write_text(manifest())
     n_row, n_bw = len(outputs[KERNEL_DIR]), len(outputs[BLOCKWISE_KERNEL_DIR])
     print(f"{n_row} kernels in {KERNEL_DIR.relative_to(ROOT)}, {n_bw} in {BLOCKWISE_KERNEL_DIR.relative_to(ROOT)}, "
-          f"{len(GROUPED_ROWS)} in {GROUPED_KERNEL_DIR.relative_to(ROOT)}; "
+          f"{len(GROUPED_ROWS) + len(GROUPED_PARTIALS)} in {GROUPED_KERNEL_DIR.relative_to(ROOT)}; "
           f"traits of {n_row + len(DECODE_KERNELS)} + {n_bw + len(BLOCKWISE_DECODE_KERNELS)} in "
           f"{MANIFEST.relative_to(ROOT)}")
     return 0

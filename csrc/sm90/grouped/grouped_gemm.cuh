@@ -1,7 +1,7 @@
 // The grouped kernel template: one GroupedConfig -> a prologue kernel that writes the per-group tables, then one
 // CUTLASS 3.x pointer-array GEMM (TMA, warp-specialized, persistent over every group's tiles), launched as a
-// programmatic dependent of the prologue. A split kernel (a small-tile config with a large-tile one) has one prologue
-// write both kernels' tables, each group in one of them by its rows, and runs both GEMMs.
+// programmatic dependent of the prologue. The split kernels, which send each group to one of two GEMMs on the device,
+// are in grouped_split.cuh.
 //
 // For group g with rows [r0, r1) of a (2d x 3d), or all M rows (3d x 3d, 2d x 2d), and depth [k0, k1):
 //
@@ -317,35 +317,70 @@ struct NoKernel {  // the second kernel of a prologue that writes one kernel's t
 // runs at its best over the whole GPU, whereas a large group among many small ones, split off, runs as a second
 // launch with a partly idle last wave after the small ones' (Zipf routing measured up to 12% slower split so than
 // on the small tile with the rest).
-template <class G, class Large = NoKernel>
-__global__ void __launch_bounds__(kPrologueThreads)
-    grouped_prologue(GroupedParams p, typename G::Tables t, typename Large::Tables large_tables) {
-  using ElementD = typename G::ElementD;
-  using Element = typename G::Element;
-  // The GEMM after this kernel is launched as its dependent (run_dependent_gemm) and waits for all of it to
-  // complete; letting it start now only moves its launch ahead.
-  pdl::allow_dependent_grids();
-  const int64_t g = blockIdx.x;
+// Rows of every group: a 2d x 3d call's last offset; the other forms give every group the same rows.
+__device__ inline int64_t total_rows(const GroupedParams& p) {
+  return p.form == GroupedForm::k2d3d ? clamped(p.offs[p.groups - 1], 0, p.M) : p.M * p.groups;
+}
+
+// Whether a split call runs a group of `rows` on its large tile: more than split_rows, and more than half of all
+// rows (so at most one group is).
+__device__ inline bool large_group(int64_t rows, int64_t total, int64_t split_rows) {
+  return rows > split_rows && 2 * rows > total;
+}
+
+// Group g as the prologue finds it, offsets and counts clamped into range (the header says why).
+template <class Element, class ElementD>
+__device__ grouped_detail::Group<Element, ElementD> find_group(const GroupedParams& p, int64_t g) {
   const bool along_k = p.form == GroupedForm::k2d2d;
   const int64_t extent = along_k ? p.K : p.M;
-  auto* out = static_cast<ElementD*>(p.out);
-  if (g >= p.groups) {
-    if (p.form != GroupedForm::k2d3d) return;
-    const int64_t end = clamped(p.offs[p.groups - 1], 0, p.M);
-    const int64_t first = end * p.N, total = p.M * p.N;
-    const int64_t step = int64_t(gridDim.x - p.groups) * gridDim.y * blockDim.x;
-    for (int64_t i = first + ((g - p.groups) * gridDim.y + blockIdx.y) * blockDim.x + threadIdx.x; i < total;
-         i += step) {
-      out[i] = ElementD(0.0f);
-    }
-    return;
-  }
   grouped_detail::Group<Element, ElementD> grp;
   grp.start = (p.offs == nullptr || g == 0) ? 0 : clamped(p.offs[g - 1], 0, extent);
   const int64_t end = p.offs == nullptr ? extent : clamped(p.offs[g], grp.start, extent);
   grp.rows = p.form == GroupedForm::k2d3d ? end - grp.start : p.counts != nullptr ? clamped(p.counts[g], 0, p.M) : p.M;
   grp.depth = along_k ? end - grp.start : p.K;
-  grp.out = out + (p.form == GroupedForm::k2d3d ? grp.start * p.N : g * p.M * p.N);
+  grp.out = static_cast<ElementD*>(p.out) + (p.form == GroupedForm::k2d3d ? grp.start * p.N : g * p.M * p.N);
+  const int64_t row0 = p.form == GroupedForm::k2d3d ? grp.start : 0;
+  const int64_t k0 = along_k ? grp.start : 0;
+  grp.a = static_cast<const Element*>(p.a) + g * p.a_group_stride + row0 * p.lda + k0;
+  grp.b = static_cast<const Element*>(p.b) + g * p.b_group_stride + k0;
+  grp.scale_a = p.scale_a + g * p.scale_a_group_stride + row0 * p.sa_stride_m;
+  grp.scale_b = p.scale_b + g * p.scale_b_group_stride;
+  return grp;
+}
+
+// Blocks p.groups and after (grid.x - p.groups of them): zeros in the rows of a 2d x 3d output past the last offset.
+template <class ElementD>
+__device__ void zero_tail_rows(const GroupedParams& p) {
+  if (p.form != GroupedForm::k2d3d) return;
+  auto* out = static_cast<ElementD*>(p.out);
+  const int64_t end = clamped(p.offs[p.groups - 1], 0, p.M);
+  const int64_t first = end * p.N, total = p.M * p.N;
+  const int64_t step = int64_t(gridDim.x - p.groups) * gridDim.y * blockDim.x;
+  for (int64_t i = first + ((blockIdx.x - p.groups) * gridDim.y + blockIdx.y) * blockDim.x + threadIdx.x; i < total;
+       i += step) {
+    out[i] = ElementD(0.0f);
+  }
+}
+
+// grid prologue_grid(p): block (g, 0), thread 0 writes group g's tables; blocks (g, *) fill group g when its depth is
+// 0; blocks past G zero the rows of a 2d x 3d output past the last offset. With a Large kernel (a split call), a
+// group that large_group() picks gets its tiles in Large's tables and none in G's, and the others the reverse. The
+// half: such a group is the call's work, and on the large tile it runs at its best over the whole GPU, whereas a
+// large group among many small ones, split off, runs as a second launch with a partly idle last wave after the
+// small ones' (Zipf routing measured up to 12% slower split so than on the small tile with the rest).
+template <class G, class Large = NoKernel>
+__global__ void __launch_bounds__(kPrologueThreads)
+    grouped_prologue(GroupedParams p, typename G::Tables t, typename Large::Tables large_tables) {
+  using ElementD = typename G::ElementD;
+  // The GEMM after this kernel is launched as its dependent (run_dependent_gemm) and waits for all of it to
+  // complete; letting it start now only moves its launch ahead.
+  pdl::allow_dependent_grids();
+  const int64_t g = blockIdx.x;
+  if (g >= p.groups) {
+    zero_tail_rows<ElementD>(p);
+    return;
+  }
+  const auto grp = find_group<typename G::Element, ElementD>(p, g);
   if (grp.depth == 0) {  // rows that no tile writes: bias or zeros
     const auto* bias = static_cast<const ElementD*>(p.bias);
     const int64_t total = grp.rows * p.N, step = int64_t(gridDim.y) * blockDim.x;
@@ -354,18 +389,10 @@ __global__ void __launch_bounds__(kPrologueThreads)
     }
   }
   if (blockIdx.y != 0 || threadIdx.x != 0) return;
-  const int64_t row0 = p.form == GroupedForm::k2d3d ? grp.start : 0;
-  const int64_t k0 = along_k ? grp.start : 0;
-  grp.a = static_cast<const Element*>(p.a) + g * p.a_group_stride + row0 * p.lda + k0;
-  grp.b = static_cast<const Element*>(p.b) + g * p.b_group_stride + k0;
-  grp.scale_a = p.scale_a + g * p.scale_a_group_stride + row0 * p.sa_stride_m;
-  grp.scale_b = p.scale_b + g * p.scale_b_group_stride;
   if constexpr (std::is_same_v<Large, NoKernel>) {
     write_group<G>(t, g, grp, p, true);
   } else {
-    // Rows of every group: a 2d x 3d call's last offset; the other forms give every group the same rows.
-    const int64_t total = p.form == GroupedForm::k2d3d ? clamped(p.offs[p.groups - 1], 0, p.M) : p.M * p.groups;
-    const bool large = grp.rows > p.split_rows && 2 * grp.rows > total;
+    const bool large = large_group(grp.rows, total_rows(p), p.split_rows);
     write_group<G>(t, g, grp, p, !large);
     write_group<Large>(large_tables, g, grp, p, large);
   }
@@ -430,47 +457,6 @@ LaunchResult grouped_launch(const GroupedParams& p) {
                                               SkipWithoutTiles{p.tables_written});
 }
 
-// A split call: one prologue writes the tables of two kernels, the large-tile kernel's (LargeName::kName, registered
-// by its own translation unit) for a group that grouped_prologue sends there and Small's (this translation unit's
-// kernel) for the others; then the large-tile GEMM runs, then Small's. Each GEMM is a programmatic
-// dependent of the kernel before it, and one without a tile leaves at once (SkipWithoutTiles). The host cannot see how
-// the rows fall into groups, so the split serves calls whose groups are small on average but may hold one large one
-// (skewed routing), which the small tile alone runs at a fraction of the large tile's speed.
-// Workspace: Small's tables and CUTLASS workspace, then the large kernel's (its own layout).
-template <class SmallConfig, class LargeConfig, class LargeName>
-size_t grouped_split_workspace_size(const GroupedParams& p) {
-  const GroupedKernelEntry* large = GroupedRegistry::find(LargeName::kName);
-  if (large == nullptr) return 0;
-  return WorkspaceLayout<GroupedGemm<SmallConfig>>(p, nullptr).total() + large->workspace_size(p);
-}
-
-template <class SmallConfig, class LargeConfig, class LargeName>
-LaunchResult grouped_split_launch(const GroupedParams& p) {
-  using Small = GroupedGemm<SmallConfig>;
-  using Large = GroupedGemm<LargeConfig>;
-  const GroupedKernelEntry* large = GroupedRegistry::find(LargeName::kName);
-  if (large == nullptr) return {false, "split", "its large-tile kernel is not in this build"};
-  if (p.split_rows <= 0) return {false, "split", "split_rows must be positive"};
-  const WorkspaceLayout<Small> small(p, p.workspace);
-  GroupedParams large_params = p;
-  large_params.workspace = static_cast<char*>(p.workspace) + small.total();
-  large_params.workspace_bytes = p.workspace_bytes < small.total() ? 0 : p.workspace_bytes - small.total();
-  large_params.tables_written = true;
-  const WorkspaceLayout<Large> large_layout(large_params, large_params.workspace);
-  if (p.workspace_bytes < small.total() + large_layout.total()) {
-    return {false, "workspace", "smaller than grouped_workspace_size()"};
-  }
-  grouped_prologue<Small, Large><<<prologue_grid(p), kPrologueThreads, 0, p.stream>>>(p, small.tables,
-                                                                                    large_layout.tables);
-  if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
-    return {false, "prologue", cudaGetErrorString(err)};
-  }
-  if (const LaunchResult r = large->launch(large_params); !r.ok) return r;
-  return run_dependent_gemm<typename Small::Gemm>(Small::arguments(p, small.tables),
-                                                  static_cast<char*>(p.workspace) + small.tables_bytes,
-                                                  small.gemm_bytes, p.stream, SkipWithoutTiles{true});
-}
-
 }  // namespace fp8ext::sm90
 
 // Used once by each generated translation unit in kernels/: the grouped kernel for CONFIG, registered under NAME.
@@ -479,18 +465,4 @@ LaunchResult grouped_split_launch(const GroupedParams& p) {
   const bool kRegistered = ::fp8ext::sm90::register_grouped_kernel(                                              \
       {NAME, CONFIG::traits(), &::fp8ext::sm90::grouped_launch<CONFIG>,                                          \
        &::fp8ext::sm90::grouped_workspace_size<CONFIG>});                                                        \
-  }
-
-// Beside a small-tile kernel's FP8EXT_SM90_GROUPED_KERNEL: the split kernel NAME of that kernel (CONFIG) with the
-// large-tile kernel LARGE_CONFIG, which its own translation unit registers under LARGE_NAME. Its traits are
-// CONFIG's.
-#define FP8EXT_SM90_GROUPED_SPLIT_KERNEL(NAME, CONFIG, LARGE_CONFIG, LARGE_NAME)                                  \
-  namespace {                                                                                                    \
-  struct SplitLargeName {                                                                                        \
-    static constexpr const char* kName = LARGE_NAME;                                                             \
-  };                                                                                                             \
-  const bool kSplitRegistered = ::fp8ext::sm90::register_grouped_kernel(                                         \
-      {NAME, CONFIG::traits(),                                                                                   \
-       &::fp8ext::sm90::grouped_split_launch<CONFIG, LARGE_CONFIG, SplitLargeName>,                               \
-       &::fp8ext::sm90::grouped_split_workspace_size<CONFIG, LARGE_CONFIG, SplitLargeName>});                     \
   }
