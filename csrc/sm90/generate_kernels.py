@@ -14,7 +14,8 @@ them in parallel and a change to one row recompiles one file.
     python csrc/sm90/generate_kernels.py --list   # the row-wise kernels' names
 
 It also writes python/fp8ext/kernel_manifest.json: every kernel's traits as data (tile, cluster, schedule,
-accumulation, dtypes, max M, workspace, twin), the hand-written decode kernels (csrc/sm90/decode/) included:
+accumulation, dtypes, max M, workspace, twin), the hand-written decode kernels (csrc/sm90/decode/, their table in
+decode_kernels.py) included:
 "kernels" lists the row-wise family, "blockwise_kernels" the block-scaled one, "grouped_kernels" the grouped one. Python reads kernels' traits from
 it; C++ gets the same traits from each kernel's config (KernelConfig, BlockwiseConfig) and the decode kernels'
 registration.
@@ -28,17 +29,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from decode_kernels import (BLOCKWISE_DECODE_KERNELS, DECODE_KERNELS, BlockwiseDecodeKernel, DecodeKernel,  # noqa: F401
+                            blockwise_decode_kernel_names, decode_kernel_names)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 KERNEL_DIR = HERE / "rowwise" / "kernels"
 BLOCKWISE_KERNEL_DIR = HERE / "blockwise" / "kernels"
 GROUPED_KERNEL_DIR = HERE / "grouped" / "kernels"
-DECODE_DIR = HERE / "decode"
 MANIFEST = ROOT / "python" / "fp8ext" / "kernel_manifest.json"
 
 SCHEDULES = {"pp": "kPingpong", "coop": "kCooperative", "sk": "kStreamK"}
@@ -268,55 +270,6 @@ def _blockwise_rows() -> list[BlockwiseRow]:
 
 
 BLOCKWISE_ROWS = _blockwise_rows()
-
-
-@dataclass(frozen=True)
-class DecodeKernel:
-    """A hand-written decode kernel (csrc/sm90/decode/gemv_*.cu): no tiles, no tile scheduler, any activation type,
-    up to max_m tokens. Its C++ registration states the same traits (a test compares the two)."""
-    name: str
-    accum: str
-    out: str
-    max_m: int
-
-
-# gemv_rowwise.cu: one warp per weight row, exact fp32 sums, M <= 4, every output type.
-# gemv_tensor_core.cu: mma.sync with K split over the warps of a block (r: weight rows per warp, s: K slices).
-DECODE_KERNELS = [DecodeKernel(f"gemv_m4_precise_{out}", "precise", out, 4) for out in ("bf16", "fp16", "fp32")] + [
-    DecodeKernel(f"gemv_tc_m32_{v}_fast_bf16", "fast", "bf16", 32) for v in ("r16_s4", "r16_s8", "r32_s8")]
-
-
-
-@dataclass(frozen=True)
-class BlockwiseDecodeKernel:
-    """A hand-written block-scaled decode kernel (csrc/sm90/decode/bw_gemv_*.cu): the row-wise decode kernel
-    `rowwise_twin` with the scales applied inside the K loop; e4m3 activations, up to max_m tokens. The dispatch
-    predicts its time from its twin's (blockwise_dispatch.h). Its C++ registration states the same traits."""
-    name: str
-    out: str
-    max_m: int
-    rowwise_twin: str
-
-
-# bw_gemv_m4.cu: gemv_rowwise.cu's kernel, every output type. bw_gemv_tc.cu: gemv_tensor_core.cu's three variants.
-BLOCKWISE_DECODE_KERNELS = [BlockwiseDecodeKernel(f"bw_gemv_m4_{out}", out, 4, f"gemv_m4_precise_{out}")
-                            for out in ("bf16", "fp16", "fp32")] + [
-    BlockwiseDecodeKernel(f"bw_gemv_tc_m32_{v}_bf16", "bf16", 32, f"gemv_tc_m32_{v}_fast_bf16")
-    for v in ("r16_s4", "r16_s8", "r32_s8")]
-
-
-def decode_kernel_names() -> set[str]:
-    """The names that the hand-written row-wise decode kernels (csrc/sm90/decode/gemv_*.cu, outside the table)
-    register under, read from their sources."""
-    return {name for path in sorted(DECODE_DIR.glob("gemv_*.cu"))
-            for name in re.findall(r'"(gemv_\w+_(?:bf16|fp16|fp32))"', path.read_text())}
-
-
-def blockwise_decode_kernel_names() -> set[str]:
-    """The names that the hand-written block-scaled decode kernels (csrc/sm90/decode/bw_gemv_*.cu) register
-    under, read from their sources."""
-    return {name for path in sorted(DECODE_DIR.glob("bw_gemv_*.cu"))
-            for name in re.findall(r'"(bw_gemv_\w+_(?:bf16|fp16|fp32))"', path.read_text())}
 
 
 def traits(k: Row | DecodeKernel) -> dict:
