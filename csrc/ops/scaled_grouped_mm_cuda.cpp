@@ -37,8 +37,8 @@ sm90::GroupedForm to_form(GroupedLayout l) {
 
 // The least K for the split-K kernel. Its slices cost a fixed time more than the 128 x 128 tile: the reduce, the
 // fp32 tiles' epilogue and a kernel more, about 16 blocks of 128 K on the tuning set's OLMoE 2048 x 2048 experts
-// (128 rows in one group on an H100: 8 slices in 10 us plus a 3.3 us reduce, the 128 x 128 tile in 11.6 us). Halving
-// the blocks saves that from 32 blocks on.
+// (128 rows in one group on an H100: 8 slices in 10 us plus a 3.3 us reduce, the 128 x 128 tile in 11.6 us;
+// bench/tuning/h100-2026-12-07-grouped-splitk-profile-17226a1.json). Halving the blocks saves that from 32 blocks on.
 constexpr int64_t kSplitKMinDepth = 32 * 128;
 
 // A split kernel's group limit (grouped_dispatch.inc), for the call's family: a group of more rows that also holds

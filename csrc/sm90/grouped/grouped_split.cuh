@@ -91,7 +91,8 @@ __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a
 // (about 0.6 us at the capped clock), or a negative value where the slices do not exist (a smaller count gives the
 // same ones) or their partials would not fit `partial_floats`: waves of tiles x slices, each wave its slice's blocks
 // plus kTileOverhead for the pipeline fill and the epilogue, plus the reduce's read of every slice at
-// kReduceFloatsPerUnit floats per unit (2.1 M floats in 3.3 us on an H100: OLMoE's 2048 x 2048, 128 rows, 8 slices).
+// kReduceFloatsPerUnit floats per unit (2.1 M floats in 3.3 us on an H100: OLMoE's 2048 x 2048, 128 rows, 8 slices;
+// bench/tuning/h100-2026-12-07-grouped-splitk-profile-17226a1.json).
 // Thirty-two-bit arithmetic: a 64-bit division is a long software sequence, and 16 of these in one thread made the
 // prologue four times slower.
 constexpr float kTileOverhead = 2.0f;
@@ -264,7 +265,9 @@ LaunchResult grouped_splitk_launch(const GroupedParams& p) {
   auto* partials = reinterpret_cast<float*>(base + w.partials_offset);
   grouped_splitk_prologue<Small, Partial><<<prologue_grid(p), kPrologueThreads, 0, p.stream>>>(
       p, small.tables, partial_layout.tables, plan, partials, splitk_partial_floats(p));
-  if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return {false, "prologue", cudaGetErrorString(err)};
+  if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
+    return {false, "prologue", cudaGetErrorString(err)};
+  }
   if (const LaunchResult r = partial->launch(q); !r.ok) return r;
   using ElementD = typename Small::ElementD;
   cudaLaunchAttribute attribute{};
