@@ -270,19 +270,12 @@ LaunchResult grouped_splitk_launch(const GroupedParams& p) {
   }
   if (const LaunchResult r = partial->launch(q); !r.ok) return r;
   using ElementD = typename Small::ElementD;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
   const int64_t most = ceil_div(p.M * p.N / 4, kReduceThreads), wave = 4 * int64_t(p.sm_count);
-  config.gridDim = dim3(static_cast<unsigned>(most < wave ? most : wave));
-  config.blockDim = dim3(kReduceThreads);
-  config.stream = p.stream;
-  config.attrs = &attribute;
-  config.numAttrs = pdl::enabled() ? 1 : 0;
-  if (const cudaError_t err = cudaLaunchKernelEx(&config, splitk_reduce<ElementD>, static_cast<const SplitKPlan*>(plan),
-                                                 static_cast<const float*>(partials), static_cast<ElementD*>(p.out),
-                                                 static_cast<const ElementD*>(p.bias), p.N);
+  const dim3 grid(static_cast<unsigned>(most < wave ? most : wave));
+  if (const cudaError_t err = pdl::launch(splitk_reduce<ElementD>, grid, dim3(kReduceThreads), p.stream,
+                                          static_cast<const SplitKPlan*>(plan),
+                                          static_cast<const float*>(partials), static_cast<ElementD*>(p.out),
+                                          static_cast<const ElementD*>(p.bias), p.N);
       err != cudaSuccess) {
     cudaGetLastError();
     return {false, "reduce", cudaGetErrorString(err)};
