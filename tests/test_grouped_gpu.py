@@ -56,8 +56,8 @@ GPU_CASES = {
     "2d3d block-wise, sliced scales": lambda: sliced_scales(
         moe_call([5, 0, 1, 37, 16, 3], 384, 640, blockwise=True, bias=True)),
     "3d3d block-wise, sliced scales": lambda: sliced_scales(batched_call(3, 65, 256, 384, blockwise=True)),
-    # At most GEMV_ROWS rows in all: the grouped decode kernel, K in 2 slices (K < 2048) or 8, most groups empty (a
-    # slot per group that holds rows, found on the device) and rows past the last offset.
+    # At most GEMV_ROWS rows in all: the grouped decode kernel, most groups empty (a slot per group that holds rows,
+    # found on the device) and rows past the last offset.
     "2d3d decode, few rows among many groups": lambda: moe_call([0] * 20 + [3, 0, 1] + [0] * 30 + [5, 2] + [0] * 9,
                                                                  384, 640, bias=True, extra_rows=4),
     "2d3d decode, 32 rows, long K": lambda: moe_call([7, 0, 16, 9], 256, 2048),
@@ -91,8 +91,7 @@ def test_the_build_has_every_grouped_kernel():
                                                             "split", "splitk") for a in ("fast", "precise")} | {
         "grp_bw_swap_coop_128x32x128_c1x1_bf16", "grp_bw_coop_128x128x128_c1x1_bf16", "grp_bw_split_bf16",
         "grp_coop_128x256x128_c1x1_fast_bf16"} | {
-        f"grp_gemv_tc_m32_r16_{s}_{a}_bf16" for s in ("s2", "s8") for a in ("fast", "precise")} | {
-        f"grp_bw_gemv_tc_m32_r16_{s}_bf16" for s in ("s2", "s8")}
+        "grp_gemv_tc_m32_r16_s2_fast_bf16", "grp_gemv_tc_m32_r16_s2_precise_bf16", "grp_bw_gemv_tc_m32_r16_s2_bf16"}
 
 
 def named(args, kw, fast, kernel):
@@ -114,24 +113,9 @@ def test_each_group_equals_scaled_mm_on_the_same_tile_bit_for_bit(kernel, bias):
                 assert torch.equal(part(out), want), f"{kernel}: group {g} of {a.size(0)} rows"
 
 
-@pytest.mark.parametrize("bias", [False, True])
-def test_the_grouped_decode_kernel_equals_scaled_mm_on_the_decode_kernel_bit_for_bit(bias):
-    """grp_gemv_tc_m32_r16_s8_fast runs gemv_tc_m32_r16_s8_fast's block on each group: the same K slices, the same
-    sums, the same bits; groups of 0 to 33 rows (33: two chunks of 32 rows), K of five 128-deep chunks."""
-    args, kw = on(DEV, moe_call([5, 0, 1, 32, 16, 9, 0, 33], 384, 640, bias=bias, extra_rows=2))
-    out = named(args, kw, True, "grp_gemv_tc_m32_r16_s8_fast_bf16")
-    with fp8ext.force_kernel("gemv_tc_m32_r16_s8_fast_bf16"):
-        for g, (part, (a, b, sa, sb, bias_g)) in enumerate(groups(args, kw)):
-            for r0 in range(0, a.size(0), 32):  # scaled_mm's decode kernel takes at most 32 rows
-                rows = slice(r0, r0 + 32)
-                want = fp8ext.scaled_mm(a[rows], b, sa[rows], sb, bias=bias_g, out_dtype=torch.bfloat16,
-                                        use_fast_accum=True)
-                assert torch.equal(part(out)[rows], want), f"group {g}, rows {r0}.."
-
-
 @pytest.mark.parametrize("accum", ["fast", "precise", "blockwise"])
 def test_a_call_of_few_rows_in_all_runs_the_grouped_decode_kernel(accum):
-    """The dispatch: GEMV_ROWS rows in all on the decode kernel (K < 2048: 2 slices), one row more on another."""
+    """The dispatch: GEMV_ROWS rows in all on the decode kernel, one row more on another."""
     fast, bw = accum == "fast", accum == "blockwise"
     family = "bw_" if bw else ""
     tail = "_bf16" if bw else f"_{accum}_bf16"
@@ -272,7 +256,7 @@ def test_every_group_against_float64(case, use_fast_accum):
         assert torch.equal(out[end:], torch.zeros_like(out[end:])), case
 
 
-@pytest.mark.parametrize("sizes", [[7, 0, 1, 40], [130, 3, 0, 257]])
+@pytest.mark.parametrize("sizes", [[7, 0, 1, 40], [130, 3, 0, 257], [5, 0, 1, 9, 16]])  # the last: the decode kernel
 @pytest.mark.parametrize("use_fast_accum", [False, True])
 def test_bit_exact_on_small_integers(sizes, use_fast_accum):
     """Operands in {-1, 0, 1}, scales powers of two, K = 64: every sum is exact in either accumulator and in bf16."""

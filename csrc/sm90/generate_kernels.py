@@ -325,7 +325,8 @@ def manifest() -> str:
                          "scaling": "blockwise" if k.blockwise else "rowwise"} for k, large in GROUPED_SPLITS.items()),
                       *({**traits(k), "name": _splitk_name(k), "twin": None, "split_with": partial.name,
                          "scaling": "rowwise"} for k, partial in GROUPED_SPLITKS.items()),
-                      *({**traits(k), "in_a": "e4m3", "split_with": None, "scaling": "rowwise"}
+                      *({**traits(k), "in_a": "e4m3", "split_with": None,
+                         "scaling": "blockwise" if k.name.startswith("grp_bw_") else "rowwise"}
                         for k in GROUPED_DECODE_KERNELS)],
                      key=lambda t: t["name"])
     lines = ",\n  ".join(json.dumps(k) for k in kernels)

@@ -19,8 +19,8 @@
 // 2d x 2d one has a slot per group. A 2d x 3d call of T rows has min(G, T) slots, since no more groups can hold rows,
 // and slot y runs the y-th group that holds rows (a scan of offs in the block); one more row of blocks zeros the
 // output rows past the last offset. A group of more than kMaxM rows runs in chunks of kMaxM, each reading the weight
-// again: the dispatch sends calls that may hold such groups to the tiled kernels. A group of depth 0 (an empty K
-// slice, or K = 0) gets its bias, or zeros.
+// again: the dispatch sends it only 2d x 3d calls of at most kMaxM rows in all (any form runs by name). A group of
+// depth 0 (an empty K slice, or K = 0) gets its bias, or zeros.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
@@ -180,14 +180,11 @@ bool register_variant(const char* name) {
                                   &launch_grouped_gemv<Blockwise, Precise, MT, S>, &no_workspace});
 }
 
-// r16: one 16-row weight tile per warp; s2 / s8: K in 2 or 8 slices (blocks of 64 or 16 weight rows). The dispatch
-// takes s8 where each of 8 slices still holds two 128-deep chunks, s2 below.
+// r16: one 16-row weight tile per warp; s2: K in 2 slices (blocks of 64 weight rows). Eight slices (blocks of 16 rows)
+// ran slower on the tuning models' decode rows at every K from 512 to 6400 (records: docs/decisions.md).
 const bool kRegistered = register_variant<false, false, 1, 2>("grp_gemv_tc_m32_r16_s2_fast_bf16") &&
                          register_variant<false, true, 1, 2>("grp_gemv_tc_m32_r16_s2_precise_bf16") &&
-                         register_variant<true, true, 1, 2>("grp_bw_gemv_tc_m32_r16_s2_bf16") &&
-                         register_variant<false, false, 1, 8>("grp_gemv_tc_m32_r16_s8_fast_bf16") &&
-                         register_variant<false, true, 1, 8>("grp_gemv_tc_m32_r16_s8_precise_bf16") &&
-                         register_variant<true, true, 1, 8>("grp_bw_gemv_tc_m32_r16_s8_bf16");
+                         register_variant<true, true, 1, 2>("grp_bw_gemv_tc_m32_r16_s2_bf16");
 
 }  // namespace
 }  // namespace fp8ext::sm90
