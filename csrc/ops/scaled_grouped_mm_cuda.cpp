@@ -43,9 +43,9 @@ constexpr int64_t kSplitKMinDepth = 32 * 128;
 
 // The grouped decode kernels (sm90/grouped/grouped_gemv.cu) take a 2d x 3d call of at most kGemvMaxRows rows in
 // all (MoE decode up to 4 tokens at top-8): its few groups with rows each read their weight once, and the other
-// experts cost nothing. On the tuning models they ran 1.1-1.5x the swapped tile's speed there. With every group
-// holding rows (a masked call, a 3d x 3d one) the swapped tile stays: there they ran 0.96-1.27x its speed on the
-// tuning models and slower on Qwen3-30B-A3B's K = 768 experts (records: docs/decisions.md).
+// experts cost nothing. On the tuning models' decode rows they ran 1.165x the swapped tile's speed (0.96-1.51x). With
+// every group holding rows (a masked call, a 3d x 3d one) the swapped tile stays: there they ran 1.06x its speed on
+// the tuning models (0.97-1.36x) but slower on Qwen3-30B-A3B's K = 768 experts (records: docs/decisions.md).
 constexpr int64_t kGemvMaxRows = 32;
 
 // A split kernel's group limit (grouped_dispatch.inc), for the call's family: a group of more rows that also holds

@@ -33,7 +33,8 @@
 // second. Weight and activation words pair up byte for byte, so every product a[i, k] * w[j, k] is formed once.
 //
 // The tensor core sums fp8 products with reduced precision before they reach the fp32 registers (as in the
-// CUTLASS fast kernels), so these kernels are registered for fast accumulation only.
+// CUTLASS fast kernels), so the decode kernels are registered for fast accumulation only; the grouped decode
+// kernels' precise form (sm90/grouped/grouped_gemv.cu) sums each 128-wide chunk on its own (Promote, below).
 #pragma once
 
 #include <cuda_fp8.h>
