@@ -56,11 +56,22 @@ GPU_CASES = {
     "2d3d block-wise, sliced scales": lambda: sliced_scales(
         moe_call([5, 0, 1, 37, 16, 3], 384, 640, blockwise=True, bias=True)),
     "3d3d block-wise, sliced scales": lambda: sliced_scales(batched_call(3, 65, 256, 384, blockwise=True)),
+    # At most GEMV_ROWS rows in all: the grouped decode kernel, most groups empty (a slot per group that holds rows,
+    # found on the device) and rows past the last offset.
+    "2d3d decode, few rows among many groups": lambda: moe_call([0] * 20 + [3, 0, 1] + [0] * 30 + [5, 2] + [0] * 9,
+                                                                 384, 640, bias=True, extra_rows=4),
+    "2d3d decode, 32 rows, long K": lambda: moe_call([7, 0, 16, 9], 256, 2048),
+    "2d3d block-wise decode, few rows among many groups": lambda: moe_call(
+        [0] * 20 + [3, 0, 1] + [0] * 30 + [5, 2] + [0] * 9, 384, 640, blockwise=True, bias=True, extra_rows=4),
+    "2d3d block-wise decode, 32 rows, long K": lambda: moe_call([7, 0, 16, 9], 272, 2064, blockwise=True),
     # Few rows per group on average but more than SPLIT_ROWS in all: the split kernels, one group past SPLIT_ROWS.
     "2d3d skewed groups": lambda: moe_call(SKEWED["a dominant group"], 256, 512, bias=True, extra_rows=5),
     "2d3d block-wise, skewed groups": lambda: moe_call(SKEWED["a large group among others"], 384, 640,
                                                        blockwise=True),
 }
+
+
+GEMV_ROWS = 32  # a row-wise call of at most this many rows in all runs the grouped decode kernel (kGemvMaxRows)
 
 
 def kernel_names():
@@ -79,7 +90,8 @@ def test_the_build_has_every_grouped_kernel():
     assert kernel_names() == {f"grp_{k}_{a}_bf16" for k in ("swap_pp_128x32x128_c1x1", "coop_128x128x128_c1x1",
                                                             "split", "splitk") for a in ("fast", "precise")} | {
         "grp_bw_swap_coop_128x32x128_c1x1_bf16", "grp_bw_coop_128x128x128_c1x1_bf16", "grp_bw_split_bf16",
-        "grp_coop_128x256x128_c1x1_fast_bf16"}
+        "grp_coop_128x256x128_c1x1_fast_bf16"} | {
+        "grp_gemv_tc_m32_r16_s2_fast_bf16", "grp_gemv_tc_m32_r16_s2_precise_bf16", "grp_bw_gemv_tc_m32_r16_s2_bf16"}
 
 
 def named(args, kw, fast, kernel):
@@ -99,6 +111,19 @@ def test_each_group_equals_scaled_mm_on_the_same_tile_bit_for_bit(kernel, bias):
             if a.size(0):
                 want = fp8ext.scaled_mm(a, b, sa, sb, bias=bias_g, out_dtype=torch.bfloat16, use_fast_accum=fast)
                 assert torch.equal(part(out), want), f"{kernel}: group {g} of {a.size(0)} rows"
+
+
+@pytest.mark.parametrize("accum", ["fast", "precise", "blockwise"])
+def test_a_call_of_few_rows_in_all_runs_the_grouped_decode_kernel(accum):
+    """The dispatch: GEMV_ROWS rows in all on the decode kernel, one row more on another."""
+    fast, bw = accum == "fast", accum == "blockwise"
+    family = "bw_" if bw else ""
+    tail = "_bf16" if bw else f"_{accum}_bf16"
+    swapped = "grp_bw_swap_coop_128x32x128_c1x1_bf16" if bw else f"grp_swap_pp_128x32x128_c1x1{tail}"
+    for sizes, kernel in (([0, 7, 0, 16, 9], f"grp_{family}gemv_tc_m32_r16_s2{tail}"), ([0, 7, 0, 16, 10], swapped)):
+        assert (sum(sizes) <= GEMV_ROWS) == ("_gemv_" in kernel)
+        args, kw = on(DEV, moe_call(sizes, 256, 512, blockwise=bw))
+        assert torch.equal(fp8ext.scaled_grouped_mm(*args, **kw, use_fast_accum=fast), named(args, kw, fast, kernel))
 
 
 SPLITS = {"fast": ("grp_split_fast_bf16", "grp_swap_pp_128x32x128_c1x1_fast_bf16",
@@ -226,12 +251,12 @@ def test_every_group_against_float64(case, use_fast_accum):
         elif part(out).numel():  # an empty K slice: its bias, or zeros
             want = torch.zeros_like(part(out)) if bias is None else bias.expand_as(part(out))
             assert torch.equal(part(out), want), f"{case}: group {g}"
-    if "large groups" in case:  # rows past the last offset
+    if kw.get("offs") is not None and args[0].dim() == 2 and args[1].dim() == 3:  # 2d x 3d: rows past the last offset
         end = int(kw["offs"][-1])
-        assert end < out.shape[0] and torch.equal(out[end:], torch.zeros_like(out[end:]))
+        assert torch.equal(out[end:], torch.zeros_like(out[end:])), case
 
 
-@pytest.mark.parametrize("sizes", [[7, 0, 1, 40], [130, 3, 0, 257]])
+@pytest.mark.parametrize("sizes", [[7, 0, 1, 40], [130, 3, 0, 257], [5, 0, 1, 9, 16]])  # the last: the decode kernel
 @pytest.mark.parametrize("use_fast_accum", [False, True])
 def test_bit_exact_on_small_integers(sizes, use_fast_accum):
     """Operands in {-1, 0, 1}, scales powers of two, K = 64: every sum is exact in either accumulator and in bf16."""

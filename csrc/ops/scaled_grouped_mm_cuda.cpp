@@ -41,6 +41,13 @@ sm90::GroupedForm to_form(GroupedLayout l) {
 // bench/tuning/h100-2026-12-07-grouped-splitk-profile-17226a1.json). Halving the blocks saves that from 32 blocks on.
 constexpr int64_t kSplitKMinDepth = 32 * 128;
 
+// The grouped decode kernels (sm90/grouped/grouped_gemv.cu) take a 2d x 3d call of at most kGemvMaxRows rows in
+// all (MoE decode up to 4 tokens at top-8): its few groups with rows each read their weight once, and the other
+// experts cost nothing. On the tuning models' decode rows they ran 1.165x the swapped tile's speed (0.96-1.51x). With
+// every group holding rows (a masked call, a 3d x 3d one) the swapped tile stays: there they ran 1.06x its speed on
+// the tuning models (0.97-1.36x) but slower on Qwen3-30B-A3B's K = 768 experts (records: docs/decisions.md).
+constexpr int64_t kGemvMaxRows = 32;
+
 // A split kernel's group limit (grouped_dispatch.inc), for the call's family: a group of more rows that also holds
 // more than half of the call's rows runs on the large tile.
 int64_t split_rows(const GroupedMmProblem& p, bool use_fast_accum) {
@@ -48,7 +55,8 @@ int64_t split_rows(const GroupedMmProblem& p, bool use_fast_accum) {
                      : use_fast_accum ? kSplitMaxGroupRows_rowwise_fast : kSplitMaxGroupRows_rowwise_precise;
 }
 
-// The kernel for a call, from what the host knows: groups that average at most a fitted number of rows (MoE
+// The kernel for a call, from what the host knows: a 2d x 3d call of at most kGemvMaxRows rows on the grouped decode
+// kernel; groups that average at most a fitted number of rows (MoE
 // decode: a few tokens per expert; a masked call's expected_m, else its M) on swapped tiles 32 tokens wide, where a
 // group's tokens fill the MMA's narrow N side; larger groups on the 128 x 128 cooperative tile, or with fast
 // accumulation above a fitted mean (kNarrowMaxRowsPerGroup) on the 128 x 256 one. A 2d x 3d call of
@@ -67,6 +75,7 @@ const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool u
   const double limit = p.blockwise        ? kSwapMaxRowsPerGroup_blockwise
                        : use_fast_accum   ? kSwapMaxRowsPerGroup_rowwise_fast
                                           : kSwapMaxRowsPerGroup_rowwise_precise;
+  const bool gemv = p.layout == GroupedLayout::k2d3d && p.M <= kGemvMaxRows;
   const bool few = rows_per_group <= limit;
   const bool split = few && p.layout == GroupedLayout::k2d3d && p.M > split_rows(p, use_fast_accum);
   const bool splitk = split && !p.blockwise && p.K >= kSplitKMinDepth &&
@@ -74,8 +83,10 @@ const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool u
   const bool wide = !few && !p.blockwise && use_fast_accum && rows_per_group > kNarrowMaxRowsPerGroup_rowwise_fast;
   const char* accum = use_fast_accum ? "fast" : "precise";
   const std::string name =
-      splitk  ? str("grp_splitk_", accum, "_bf16")
-      : split ? (p.blockwise ? std::string("grp_bw_split_bf16") : str("grp_split_", accum, "_bf16"))
+      gemv     ? (p.blockwise ? std::string("grp_bw_gemv_tc_m32_r16_s2_bf16")
+                              : str("grp_gemv_tc_m32_r16_s2_", accum, "_bf16"))
+      : splitk ? str("grp_splitk_", accum, "_bf16")
+      : split  ? (p.blockwise ? std::string("grp_bw_split_bf16") : str("grp_split_", accum, "_bf16"))
       : p.blockwise ? str(few ? "grp_bw_swap_coop_128x32x128_c1x1" : "grp_bw_coop_128x128x128_c1x1", "_bf16")
       : wide        ? std::string("grp_coop_128x256x128_c1x1_fast_bf16")
                     : str(few ? "grp_swap_pp_128x32x128_c1x1_" : "grp_coop_128x128x128_c1x1_", accum, "_bf16");

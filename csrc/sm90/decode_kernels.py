@@ -23,7 +23,11 @@ class DecodeKernel:
 # gemv_tensor_core.cu: mma.sync with K split over the warps of a block (r: weight rows per warp, s: K slices).
 DECODE_KERNELS = [DecodeKernel(f"gemv_m4_precise_{out}", "precise", out, 4) for out in ("bf16", "fp16", "fp32")] + [
     DecodeKernel(f"gemv_tc_m32_{v}_fast_bf16", "fast", "bf16", 32) for v in ("r16_s4", "r16_s8", "r32_s8")]
-
+# grouped/grouped_gemv.cu: gemv_tensor_core.cu's block on each group's rows (e4m3; any M, in chunks of 32 rows),
+# registered in the grouped family: row-wise fast and precise, and block-wise (bw_gemv_tc.cu's scaling).
+GROUPED_DECODE_KERNELS = [DecodeKernel(f"grp_gemv_tc_m32_r16_s2_{accum}_bf16", accum, "bf16", 0)
+                          for accum in ("fast", "precise")] + [
+    DecodeKernel("grp_bw_gemv_tc_m32_r16_s2_bf16", "precise", "bf16", 0)]
 
 
 @dataclass(frozen=True)
@@ -56,3 +60,10 @@ def blockwise_decode_kernel_names() -> set[str]:
     under, read from their sources."""
     return {name for path in sorted(DECODE_DIR.glob("bw_gemv_*.cu"))
             for name in re.findall(r'"(bw_gemv_\w+_(?:bf16|fp16|fp32))"', path.read_text())}
+
+
+def grouped_decode_kernel_names() -> set[str]:
+    """The names that the hand-written grouped decode kernels (csrc/sm90/grouped/grouped_gemv.cu) register under,
+    read from their source."""
+    source = DECODE_DIR.parent / "grouped" / "grouped_gemv.cu"
+    return set(re.findall(r'"(grp_(?:bw_)?gemv_\w+_bf16)"', source.read_text()))

@@ -33,8 +33,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from decode_kernels import (BLOCKWISE_DECODE_KERNELS, DECODE_KERNELS, BlockwiseDecodeKernel, DecodeKernel,  # noqa: F401
-                            blockwise_decode_kernel_names, decode_kernel_names)
+from decode_kernels import (BLOCKWISE_DECODE_KERNELS, DECODE_KERNELS, GROUPED_DECODE_KERNELS,  # noqa: F401
+                            BlockwiseDecodeKernel, DecodeKernel, blockwise_decode_kernel_names, decode_kernel_names,
+                            grouped_decode_kernel_names)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -323,7 +324,10 @@ def manifest() -> str:
                       *({**traits(k), "name": _split_name(k), "twin": None, "split_with": large.name,
                          "scaling": "blockwise" if k.blockwise else "rowwise"} for k, large in GROUPED_SPLITS.items()),
                       *({**traits(k), "name": _splitk_name(k), "twin": None, "split_with": partial.name,
-                         "scaling": "rowwise"} for k, partial in GROUPED_SPLITKS.items())],
+                         "scaling": "rowwise"} for k, partial in GROUPED_SPLITKS.items()),
+                      *({**traits(k), "in_a": "e4m3", "split_with": None,
+                         "scaling": "blockwise" if k.name.startswith("grp_bw_") else "rowwise"}
+                        for k in GROUPED_DECODE_KERNELS)],
                      key=lambda t: t["name"])
     lines = ",\n  ".join(json.dumps(k) for k in kernels)
     blockwise_lines = ",\n  ".join(json.dumps(k) for k in blockwise)

@@ -33,7 +33,8 @@
 // second. Weight and activation words pair up byte for byte, so every product a[i, k] * w[j, k] is formed once.
 //
 // The tensor core sums fp8 products with reduced precision before they reach the fp32 registers (as in the
-// CUTLASS fast kernels), so these kernels are registered for fast accumulation only.
+// CUTLASS fast kernels), so the decode kernels are registered for fast accumulation only; the grouped decode
+// kernels' precise form (sm90/grouped/grouped_gemv.cu) sums each 128-wide chunk on its own (Promote, below).
 #pragma once
 
 #include <cuda_fp8.h>
@@ -102,14 +103,33 @@ __device__ __forceinline__ void mma_round(float (&d)[MT][NT][4], const uint4 (&w
   }
 }
 
-// MT: 16-row weight tiles per warp. NT: tiles of 8 tokens (M <= 8 * NT). S: slices of K per row group.
-template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int MT, int NT, int S>
-__global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBlockScaled>))
-    gemv_tc_kernel(typename Policy::Params p, int prefetch_blocks) {
+// Where a warp works: its rows (first_row, MT tiles of 16) and its K slice [k_begin, k_end). Slices are whole
+// chunks except the last, which may be short or empty.
+template <int MT, int S>
+struct WarpPart {
   static_assert(kWarps % S == 0, "a block holds whole row groups");
-  constexpr int kGroupRows = MT * kTileRows;
-  constexpr int kBlockRows = kWarps / S * kGroupRows;
-  constexpr int kRoundsInFlight = kRounds<MT, NT, Policy::kBlockScaled>;
+  static constexpr int kGroupRows = MT * kTileRows;
+  static constexpr int kBlockRows = kWarps / S * kGroupRows;
+  int64_t first_row, k_begin, k_end;
+
+  __device__ WarpPart(int64_t block, int64_t K) {
+    const int warp = threadIdx.x / 32;
+    first_row = block * kBlockRows + warp / S * kGroupRows;
+    const int64_t slice_len = (K + S * kChunk - 1) / (S * kChunk) * kChunk;
+    k_begin = warp % S * slice_len;
+    k_end = k_begin + slice_len < K ? k_begin + slice_len : K;
+  }
+};
+
+// Block `block`'s rows of out = a * w^T for p (M <= 8 * NT), after the grid dependency's wait. MT: 16-row weight
+// tiles per warp. NT: tiles of 8 tokens. S: slices of K per row group. Promote (row-wise): each 128-wide K chunk's
+// products are summed by mma.sync on their own and added to acc in fp32, as the CUTLASS kernels' precise
+// accumulation promotes every 128 of K (block-scaled kernels always do, with the scales).
+template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int MT, int NT, int S, bool Promote = false>
+__device__ __forceinline__ void gemv_tc_block(const typename Policy::Params& p, int64_t block) {
+  constexpr int kBlockRows = WarpPart<MT, S>::kBlockRows;
+  constexpr int kGroupRows = WarpPart<MT, S>::kGroupRows;
+  constexpr int kRoundsInFlight = kRounds<MT, NT, Policy::kBlockScaled || Promote>;
   // Each warp's sums of one weight tile at a time: [warp][token][row in the tile] (16 KB at most).
   __shared__ float partial[kWarps][NT * 8][kTileRows];
 
@@ -117,30 +137,10 @@ __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBloc
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;  // fragment group: rows g and g + 8 of each weight tile, token g of each token tile
   const int t = lane % 4;  // lane in group: which 32 bytes of a 128-wide K chunk
-  const int group = warp / S;
-  const int slice = warp % S;
-
-  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kBlockRows + group * kGroupRows;
+  const WarpPart<MT, S> part_of_warp(block, p.K);
+  const int64_t first_row = part_of_warp.first_row, k_begin = part_of_warp.k_begin, k_end = part_of_warp.k_end;
   const auto* w = static_cast<const uint8_t*>(p.b);
   const auto* a = static_cast<const uint8_t*>(p.a);
-
-  // This warp's K slice; slices are whole chunks except the last, which may be short or empty.
-  const int64_t slice_len = (p.K + S * kChunk - 1) / (S * kChunk) * kChunk;
-  const int64_t k_begin = slice * slice_len;
-  const int64_t k_end = k_begin + slice_len < p.K ? k_begin + slice_len : p.K;
-
-  // Launched as a dependent of the activation quantize (grid_dependency.cuh): while it may still run, each of the
-  // group's rows asks the L2 for the start of this warp's slice of the weight (the block's share of
-  // kPrefetchBytesPerBlock, all of it for a 4096-wide K), in the first wave's blocks. Everything is read after
-  // the wait.
-  constexpr int64_t kPrefetchPerRow = pdl::kPrefetchBytesPerBlock / (kWarps * kGroupRows) / 16 * 16;
-  const bool first_wave = static_cast<int>(blockIdx.x) < prefetch_blocks;
-  if (first_wave && lane < kGroupRows && first_row + lane < p.N && k_end > k_begin) {
-    const int64_t bytes = k_end - k_begin < kPrefetchPerRow ? k_end - k_begin : kPrefetchPerRow;
-    pdl::prefetch_l2(w + (first_row + lane) * p.ldb + k_begin, static_cast<uint32_t>(bytes));
-  }
-  pdl::wait_for_prior_grids();
-  pdl::allow_dependent_grids();  // the next fp8ext kernel (a decode step's next quantize) may start waiting
 
   const uint4 zero = make_uint4(0, 0, 0, 0);
   float acc[MT][NT][4] = {};
@@ -191,6 +191,18 @@ __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBloc
             acc[mt][nt][3] = fmaf(s1, part[mt][nt][3], acc[mt][nt][3]);
           }
         }
+      } else if constexpr (Promote) {
+        if (k0 + u * kChunk >= k_end) break;
+        float part[MT][NT][4] = {};
+        mma_round<KindA, MT, NT>(part, wv[u], xv[u]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[mt][nt][r] += part[mt][nt][r];
+          }
+        }
       } else {
         mma_round<KindA, MT, NT>(acc, wv[u], xv[u]);
       }
@@ -215,7 +227,7 @@ __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBloc
       const int r = idx % kTileRows;
       const int grp = idx / kTileRows % (kWarps / S);
       const int token = idx / (kTileRows * (kWarps / S));
-      const int64_t j = static_cast<int64_t>(blockIdx.x) * kBlockRows + grp * kGroupRows + mt * kTileRows + r;
+      const int64_t j = block * kBlockRows + grp * kGroupRows + mt * kTileRows + r;
       if (token >= p.M || j >= p.N) continue;
       float sum = partial[grp * S][token][r];
 #pragma unroll
@@ -224,6 +236,28 @@ __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBloc
     }
     __syncthreads();  // before the next tile overwrites `partial`
   }
+}
+
+template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int MT, int NT, int S>
+__global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<MT, NT, Policy::kBlockScaled>))
+    gemv_tc_kernel(typename Policy::Params p, int prefetch_blocks) {
+  // Launched as a dependent of the activation quantize (grid_dependency.cuh): while it may still run, each of the
+  // group's rows asks the L2 for the start of this warp's slice of the weight (the block's share of
+  // kPrefetchBytesPerBlock, all of it for a 4096-wide K), in the first wave's blocks. Everything is read after
+  // the wait.
+  constexpr int kGroupRows = WarpPart<MT, S>::kGroupRows;
+  constexpr int64_t kPrefetchPerRow = pdl::kPrefetchBytesPerBlock / (kWarps * kGroupRows) / 16 * 16;
+  const WarpPart<MT, S> part(blockIdx.x, p.K);
+  const int lane = threadIdx.x % 32;
+  const bool first_wave = static_cast<int>(blockIdx.x) < prefetch_blocks;
+  if (first_wave && lane < kGroupRows && part.first_row + lane < p.N && part.k_end > part.k_begin) {
+    const int64_t bytes = part.k_end - part.k_begin < kPrefetchPerRow ? part.k_end - part.k_begin : kPrefetchPerRow;
+    pdl::prefetch_l2(static_cast<const uint8_t*>(p.b) + (part.first_row + lane) * p.ldb + part.k_begin,
+                     static_cast<uint32_t>(bytes));
+  }
+  pdl::wait_for_prior_grids();
+  pdl::allow_dependent_grids();  // the next fp8ext kernel (a decode step's next quantize) may start waiting
+  gemv_tc_block<Policy, Out, KindA, MT, NT, S>(p, blockIdx.x);
 }
 
 template <class Policy, typename Out, __nv_fp8_interpretation_t KindA, int MT, int S>

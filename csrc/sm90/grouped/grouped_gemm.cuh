@@ -49,6 +49,7 @@
 #include "sm90/common/dependent_gemm.cuh"
 #include "sm90/common/grid_dependency.cuh"
 #include "sm90/common/kernel_config.h"
+#include "sm90/grouped/grouped_groups.cuh"
 #include "sm90/grouped/grouped_params.h"
 
 namespace fp8ext::sm90 {
@@ -108,18 +109,6 @@ CUTLASS_HOST_DEVICE ScaleLayout<GranMN> scale_layout(int64_t extent_mn, int64_t 
       cute::make_stride(cute::make_stride(cute::_0{}, stride_mn), cute::make_stride(cute::_0{}, stride_k),
                         int64_t(0)));
 }
-
-// One group as the prologue finds it, in the user's frame: its first row of a (2d x 3d) or first K (2d x 2d), its
-// rows and depth, and where its operands, scales and output start.
-template <class Element, class ElementD>
-struct Group {
-  int64_t start, rows, depth;
-  const Element* a;
-  const Element* b;
-  const float* scale_a;
-  const float* scale_b;
-  ElementD* out;
-};
 
 }  // namespace grouped_detail
 
@@ -240,7 +229,7 @@ struct GroupedGemm {
   }
 
   // Group g's scale pointers (and block-wise, layouts) in the MMA's frame.
-  __device__ static void write_scales(const Tables& t, int64_t g, const grouped_detail::Group<Element, ElementD>& grp,
+  __device__ static void write_scales(const Tables& t, int64_t g, const GroupView<Element, ElementD>& grp,
                                       const GroupedParams& p) {
     t.row_scale[g] = kSwapAB ? grp.scale_b : grp.scale_a;
     t.col_scale[g] = kSwapAB ? grp.scale_a : grp.scale_b;
@@ -272,13 +261,11 @@ __device__ Stride leading_stride(int64_t ld) {
   return s;
 }
 
-__device__ inline int64_t clamped(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
-
 // Group g's entries in G's tables. `runs` false: a problem of no rows, which gets no tile (the group is the other
 // kernel's, in a split call).
 template <class G>
 __device__ void write_group(const typename G::Tables& t, int64_t g,
-                            const grouped_detail::Group<typename G::Element, typename G::ElementD>& grp,
+                            const GroupView<typename G::Element, typename G::ElementD>& grp,
                             const GroupedParams& p, bool runs) {
   using ElementD = typename G::ElementD;
   // A group with no work gets no tile: no rows, or depth 0 (filled by the prologue).
@@ -317,49 +304,10 @@ struct NoKernel {  // the second kernel of a prologue that writes one kernel's t
 // runs at its best over the whole GPU, whereas a large group among many small ones, split off, runs as a second
 // launch with a partly idle last wave after the small ones' (Zipf routing measured up to 12% slower split so than
 // on the small tile with the rest).
-// Rows of every group: a 2d x 3d call's last offset; the other forms give every group the same rows.
-__device__ inline int64_t total_rows(const GroupedParams& p) {
-  return p.form == GroupedForm::k2d3d ? clamped(p.offs[p.groups - 1], 0, p.M) : p.M * p.groups;
-}
-
 // Whether a split call runs a group of `rows` on its large tile: more than split_rows, and more than half of all
 // rows (so at most one group is).
 __device__ inline bool large_group(int64_t rows, int64_t total, int64_t split_rows) {
   return rows > split_rows && 2 * rows > total;
-}
-
-// Group g as the prologue finds it, offsets and counts clamped into range (the header says why).
-template <class Element, class ElementD>
-__device__ grouped_detail::Group<Element, ElementD> find_group(const GroupedParams& p, int64_t g) {
-  const bool along_k = p.form == GroupedForm::k2d2d;
-  const int64_t extent = along_k ? p.K : p.M;
-  grouped_detail::Group<Element, ElementD> grp;
-  grp.start = (p.offs == nullptr || g == 0) ? 0 : clamped(p.offs[g - 1], 0, extent);
-  const int64_t end = p.offs == nullptr ? extent : clamped(p.offs[g], grp.start, extent);
-  grp.rows = p.form == GroupedForm::k2d3d ? end - grp.start : p.counts != nullptr ? clamped(p.counts[g], 0, p.M) : p.M;
-  grp.depth = along_k ? end - grp.start : p.K;
-  grp.out = static_cast<ElementD*>(p.out) + (p.form == GroupedForm::k2d3d ? grp.start * p.N : g * p.M * p.N);
-  const int64_t row0 = p.form == GroupedForm::k2d3d ? grp.start : 0;
-  const int64_t k0 = along_k ? grp.start : 0;
-  grp.a = static_cast<const Element*>(p.a) + g * p.a_group_stride + row0 * p.lda + k0;
-  grp.b = static_cast<const Element*>(p.b) + g * p.b_group_stride + k0;
-  grp.scale_a = p.scale_a + g * p.scale_a_group_stride + row0 * p.sa_stride_m;
-  grp.scale_b = p.scale_b + g * p.scale_b_group_stride;
-  return grp;
-}
-
-// Blocks p.groups and after (grid.x - p.groups of them): zeros in the rows of a 2d x 3d output past the last offset.
-template <class ElementD>
-__device__ void zero_tail_rows(const GroupedParams& p) {
-  if (p.form != GroupedForm::k2d3d) return;
-  auto* out = static_cast<ElementD*>(p.out);
-  const int64_t end = clamped(p.offs[p.groups - 1], 0, p.M);
-  const int64_t first = end * p.N, total = p.M * p.N;
-  const int64_t step = int64_t(gridDim.x - p.groups) * gridDim.y * blockDim.x;
-  for (int64_t i = first + ((blockIdx.x - p.groups) * gridDim.y + blockIdx.y) * blockDim.x + threadIdx.x; i < total;
-       i += step) {
-    out[i] = ElementD(0.0f);
-  }
 }
 
 // grid prologue_grid(p): block (g, 0), thread 0 writes group g's tables; blocks (g, *) fill group g when its depth is
@@ -377,7 +325,7 @@ __global__ void __launch_bounds__(kPrologueThreads)
   pdl::allow_dependent_grids();
   const int64_t g = blockIdx.x;
   if (g >= p.groups) {
-    zero_tail_rows<ElementD>(p);
+    zero_tail_rows<ElementD>(p, (g - p.groups) * gridDim.y + blockIdx.y, int64_t(gridDim.x - p.groups) * gridDim.y);
     return;
   }
   const auto grp = find_group<typename G::Element, ElementD>(p, g);

@@ -168,7 +168,8 @@ __global__ void __launch_bounds__(kPrologueThreads)
       if (s == 0) *plan = {large, grp.start, rows, slices};
     }
   }
-  zero_tail_rows<typename Small::ElementD>(p);
+  zero_tail_rows<typename Small::ElementD>(p, (g - p.groups) * gridDim.y + blockIdx.y,
+                                            int64_t(gridDim.x - p.groups) * gridDim.y);
 }
 
 // out rows [start, start + rows) = round(sum of the plan's slices + bias), four columns per thread (N is a multiple
