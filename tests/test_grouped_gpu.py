@@ -86,12 +86,16 @@ SAME_TILE = {"grp_coop_128x128x128_c1x1_fast_bf16": "pp_128x128x128_c1x2_fast_bf
              "grp_coop_128x128x128_c1x1_precise_bf16": "coop_128x128x128_c1x2_precise_bf16"}
 
 
+GEMV_SHAPES = ("m32_r16_s2", "m8_r16_s2", "m8_r16_s1", "m8_r32_s1", "m8_r32_s2")  # the grouped decode kernels
+
+
 def test_the_build_has_every_grouped_kernel():
     assert kernel_names() == {f"grp_{k}_{a}_bf16" for k in ("swap_pp_128x32x128_c1x1", "coop_128x128x128_c1x1",
                                                             "split", "splitk") for a in ("fast", "precise")} | {
         "grp_bw_swap_coop_128x32x128_c1x1_bf16", "grp_bw_coop_128x128x128_c1x1_bf16", "grp_bw_split_bf16",
         "grp_coop_128x256x128_c1x1_fast_bf16"} | {
-        "grp_gemv_tc_m32_r16_s2_fast_bf16", "grp_gemv_tc_m32_r16_s2_precise_bf16", "grp_bw_gemv_tc_m32_r16_s2_bf16"}
+        f"grp_gemv_tc_{v}_{a}_bf16" for v in GEMV_SHAPES for a in ("fast", "precise")} | {
+        f"grp_bw_gemv_tc_{v}_bf16" for v in GEMV_SHAPES}
 
 
 def named(args, kw, fast, kernel):
@@ -369,6 +373,22 @@ def test_a_masked_call_against_float64_and_replayed_with_new_counts(scaling, exp
         counts.copy_(torch.tensor(sizes, dtype=torch.int32))
         graph.replay()
         check(captured, f"replay {sizes}")
+
+
+@pytest.mark.parametrize("kernel", sorted(k for k in kernel_names() if "_gemv_" in k or "_swap_" in k)
+                         if torch.cuda.is_available() else ["<no GPU>"])
+def test_a_masked_call_on_each_small_rows_kernel_by_name_against_float64(kernel):
+    """Counts of 37, 0, 1 and 8 rows of 40: an 8-row decode kernel runs the 37 in five chunks."""
+    blockwise = kernel.startswith("grp_bw_")
+    (a, b, sa, sb), kw = on(DEV, batched_call(4, 40, 320, 384, blockwise=blockwise, bias=True))
+    counts = torch.tensor([37, 0, 1, 8], dtype=torch.int32, device=DEV)
+    fast = "_fast_" in kernel
+    out = torch.ops.fp8ext._scaled_grouped_mm_with_kernel(a, b, sa, sb, None, kw["bias"], None, fast, kernel, counts)
+    for g, n in enumerate(counts.tolist()):
+        if n:
+            check_against_reference(out[g, :n], a[g, :n], b[g], sa[g, :n] if blockwise else sa[g, :n, None],
+                                    sb[g] if blockwise else sb[g, None], kw["bias"][g], use_fast_accum=fast,
+                                    what=f"{kernel}: group {g}")
 
 
 @pytest.mark.parametrize("kernel", sorted(kernel_names()) if torch.cuda.is_available() else ["<no GPU>"])

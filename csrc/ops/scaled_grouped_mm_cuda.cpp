@@ -4,8 +4,8 @@
 // the GPU and can be captured in a CUDA graph. Their values are the caller's to get right here (offs non-decreasing,
 // within a's rows or K_total, multiples of 16 along K; counts within [0, M]); values outside that range are
 // clamped, so no memory outside the tensors is touched. Also registers _grouped_kernel_names (the grouped kernels of
-// this build) and _scaled_grouped_mm_with_kernel (a call on a named kernel: the grouped suite times each kernel with
-// it, to fit the choice below).
+// this build) and _scaled_grouped_mm_with_kernel (a call on a named kernel, masked where masked_m is given: the
+// grouped suite times each kernel with it, to fit the choice below).
 #include <optional>
 #include <string>
 #include <vector>
@@ -216,9 +216,8 @@ Tensor scaled_grouped_mm_masked_cuda(Tensor a, Tensor b, Tensor scale_a, Tensor 
 
 Tensor scaled_grouped_mm_with_kernel(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, std::optional<Tensor> offs,
                                      std::optional<Tensor> bias, std::optional<ScalarType> out_dtype,
-                                     bool use_fast_accum, std::string kernel) {
-  return run_grouped(a, b, scale_a, scale_b, offs, std::nullopt, bias, out_dtype, use_fast_accum, std::nullopt,
-                     kernel);
+                                     bool use_fast_accum, std::string kernel, std::optional<Tensor> masked_m) {
+  return run_grouped(a, b, scale_a, scale_b, offs, masked_m, bias, out_dtype, use_fast_accum, std::nullopt, kernel);
 }
 
 // The kernels a call can name: the bf16 ones (the float32 partial kernels are parts of the split-K kernels).
