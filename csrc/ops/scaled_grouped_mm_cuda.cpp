@@ -42,11 +42,14 @@ sm90::GroupedForm to_form(GroupedLayout l) {
 constexpr int64_t kSplitKMinDepth = 32 * 128;
 
 // The grouped decode kernels (sm90/grouped/grouped_gemv.cu) take a 2d x 3d call of at most kGemvMaxRows rows in
-// all (MoE decode up to 4 tokens at top-8): its few groups with rows each read their weight once, and the other
-// experts cost nothing. On the tuning models' decode rows they ran 1.165x the swapped tile's speed (0.96-1.51x). With
-// every group holding rows (a masked call, a 3d x 3d one) the swapped tile stays: there they ran 1.06x its speed on
-// the tuning models (0.97-1.36x) but slower on Qwen3-30B-A3B's K = 768 experts (records: docs/decisions.md).
-constexpr int64_t kGemvMaxRows = 32;
+// all (MoE decode of one token at top-8): its few groups with rows each read their weight once, and the other
+// experts cost nothing. On the tuning models' decode rows they ran 1.165x the swapped tile's speed (0.96-1.51x). At
+// most 8 rows, every group fits one tile of 8 tokens. A group of 9 to 32 rows is a decode call of that many rows,
+// where scaled_mm's swapped tiles beat the decode kernel (docs/design.md, Decode), and such a group is what a
+// skewed routing makes: Mixtral-8x22B's 32 rows in one group of 6144 x 16384 ran 2x slower than on the swapped tile.
+// With every group holding rows (a masked call, a 3d x 3d one) the swapped tile stays: there they ran 1.06x its speed
+// on the tuning models (0.97-1.36x) but slower on Qwen3-30B-A3B's K = 768 experts (records: docs/decisions.md).
+constexpr int64_t kGemvMaxRows = 8;
 
 // A split kernel's group limit (grouped_dispatch.inc), for the call's family: a group of more rows that also holds
 // more than half of the call's rows runs on the large tile.

@@ -18,9 +18,9 @@
 // Grid: x over blocks of weight rows (output columns), y over group slots. A 3d x 3d call (masked or not) or a
 // 2d x 2d one has a slot per group. A 2d x 3d call of T rows has min(G, T) slots, since no more groups can hold rows,
 // and slot y runs the y-th group that holds rows (a scan of offs in the block); one more row of blocks zeros the
-// output rows past the last offset. A group of more than kMaxM rows runs in chunks of kMaxM, each reading the weight
-// again: the dispatch sends it only 2d x 3d calls of at most kMaxM rows in all (any form runs by name). A group of
-// depth 0 (an empty K slice, or K = 0) gets its bias, or zeros.
+// output rows past the last offset. A group of more than 32 rows runs in chunks of 32, each reading the weight
+// again: the dispatch sends these kernels only 2d x 3d calls of at most 8 rows in all (any form runs by name). A
+// group of depth 0 (an empty K slice, or K = 0) gets its bias, or zeros.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
@@ -184,20 +184,13 @@ bool register_families(const char* fast, const char* precise, const char* blockw
          register_variant<true, true, MT, S, NT, Blocks>(blockwise);
 }
 
-// m<8 NT>: rows per pass over the weight; r16/r32: one or two 16-row weight tiles per warp; s<S>: K slices per
-// row group. K in 8 slices ran slower than in 2 on 164 of 180 of the tuning models' decode rows, by up to 1.9x
-// (records: docs/decisions.md).
+// m32: at most 32 rows (4 tiles of 8 tokens) per pass over the weight; r16: one 16-row weight tile per warp; s2: K in
+// 2 slices. Eight slices ran slower than two on 164 of 180 of the tuning models' decode rows, by up to 1.9x; 8-row
+// forms (registers for one token tile, three blocks per SM), K in one slice and 32 weight rows per warp ran no
+// faster on their decode and masked rows (records: docs/decisions.md).
 const bool kRegistered =
     register_families<1, 2, 4, 2>("grp_gemv_tc_m32_r16_s2_fast_bf16", "grp_gemv_tc_m32_r16_s2_precise_bf16",
-                                  "grp_bw_gemv_tc_m32_r16_s2_bf16") &&
-    register_families<1, 2, 1, 3>("grp_gemv_tc_m8_r16_s2_fast_bf16", "grp_gemv_tc_m8_r16_s2_precise_bf16",
-                                  "grp_bw_gemv_tc_m8_r16_s2_bf16") &&
-    register_families<1, 1, 1, 3>("grp_gemv_tc_m8_r16_s1_fast_bf16", "grp_gemv_tc_m8_r16_s1_precise_bf16",
-                                  "grp_bw_gemv_tc_m8_r16_s1_bf16") &&
-    register_families<2, 1, 1, 2>("grp_gemv_tc_m8_r32_s1_fast_bf16", "grp_gemv_tc_m8_r32_s1_precise_bf16",
-                                  "grp_bw_gemv_tc_m8_r32_s1_bf16") &&
-    register_families<2, 2, 1, 2>("grp_gemv_tc_m8_r32_s2_fast_bf16", "grp_gemv_tc_m8_r32_s2_precise_bf16",
-                                  "grp_bw_gemv_tc_m8_r32_s2_bf16");
+                                  "grp_bw_gemv_tc_m32_r16_s2_bf16");
 
 }  // namespace
 }  // namespace fp8ext::sm90
