@@ -58,12 +58,12 @@ GPU_CASES = {
     "3d3d block-wise, sliced scales": lambda: sliced_scales(batched_call(3, 65, 256, 384, blockwise=True)),
     # At most GEMV_ROWS rows in all: the grouped decode kernel, most groups empty (a slot per group that holds rows,
     # found on the device) and rows past the last offset.
-    "2d3d decode, few rows among many groups": lambda: moe_call([0] * 20 + [3, 0, 1] + [0] * 30 + [5, 2] + [0] * 9,
-                                                                 384, 640, bias=True, extra_rows=4),
-    "2d3d decode, 32 rows, long K": lambda: moe_call([7, 0, 16, 9], 256, 2048),
+    "2d3d decode, few rows among many groups": lambda: moe_call([0] * 20 + [2, 0, 1] + [0] * 30 + [2, 1] + [0] * 9,
+                                                                 384, 640, bias=True, extra_rows=2),
+    "2d3d decode, 8 rows, long K": lambda: moe_call([3, 0, 4, 1], 256, 2048),
     "2d3d block-wise decode, few rows among many groups": lambda: moe_call(
-        [0] * 20 + [3, 0, 1] + [0] * 30 + [5, 2] + [0] * 9, 384, 640, blockwise=True, bias=True, extra_rows=4),
-    "2d3d block-wise decode, 32 rows, long K": lambda: moe_call([7, 0, 16, 9], 272, 2064, blockwise=True),
+        [0] * 20 + [2, 0, 1] + [0] * 30 + [2, 1] + [0] * 9, 384, 640, blockwise=True, bias=True, extra_rows=2),
+    "2d3d block-wise decode, 8 rows, long K": lambda: moe_call([3, 0, 4, 1], 272, 2064, blockwise=True),
     # Few rows per group on average but more than SPLIT_ROWS in all: the split kernels, one group past SPLIT_ROWS.
     "2d3d skewed groups": lambda: moe_call(SKEWED["a dominant group"], 256, 512, bias=True, extra_rows=5),
     "2d3d block-wise, skewed groups": lambda: moe_call(SKEWED["a large group among others"], 384, 640,
@@ -71,7 +71,7 @@ GPU_CASES = {
 }
 
 
-GEMV_ROWS = 32  # a row-wise call of at most this many rows in all runs the grouped decode kernel (kGemvMaxRows)
+GEMV_ROWS = 8  # a row-wise call of at most this many rows in all runs the grouped decode kernel (kGemvMaxRows)
 
 
 def kernel_names():
@@ -86,12 +86,16 @@ SAME_TILE = {"grp_coop_128x128x128_c1x1_fast_bf16": "pp_128x128x128_c1x2_fast_bf
              "grp_coop_128x128x128_c1x1_precise_bf16": "coop_128x128x128_c1x2_precise_bf16"}
 
 
+GEMV_SHAPES = ("m32_r16_s2",)  # the grouped decode kernels
+
+
 def test_the_build_has_every_grouped_kernel():
     assert kernel_names() == {f"grp_{k}_{a}_bf16" for k in ("swap_pp_128x32x128_c1x1", "coop_128x128x128_c1x1",
                                                             "split", "splitk") for a in ("fast", "precise")} | {
         "grp_bw_swap_coop_128x32x128_c1x1_bf16", "grp_bw_coop_128x128x128_c1x1_bf16", "grp_bw_split_bf16",
         "grp_coop_128x256x128_c1x1_fast_bf16"} | {
-        "grp_gemv_tc_m32_r16_s2_fast_bf16", "grp_gemv_tc_m32_r16_s2_precise_bf16", "grp_bw_gemv_tc_m32_r16_s2_bf16"}
+        f"grp_gemv_tc_{v}_{a}_bf16" for v in GEMV_SHAPES for a in ("fast", "precise")} | {
+        f"grp_bw_gemv_tc_{v}_bf16" for v in GEMV_SHAPES}
 
 
 def named(args, kw, fast, kernel):
@@ -120,7 +124,7 @@ def test_a_call_of_few_rows_in_all_runs_the_grouped_decode_kernel(accum):
     family = "bw_" if bw else ""
     tail = "_bf16" if bw else f"_{accum}_bf16"
     swapped = "grp_bw_swap_coop_128x32x128_c1x1_bf16" if bw else f"grp_swap_pp_128x32x128_c1x1{tail}"
-    for sizes, kernel in (([0, 7, 0, 16, 9], f"grp_{family}gemv_tc_m32_r16_s2{tail}"), ([0, 7, 0, 16, 10], swapped)):
+    for sizes, kernel in (([0, 3, 0, 1, 4], f"grp_{family}gemv_tc_m32_r16_s2{tail}"), ([0, 3, 0, 1, 5], swapped)):
         assert (sum(sizes) <= GEMV_ROWS) == ("_gemv_" in kernel)
         args, kw = on(DEV, moe_call(sizes, 256, 512, blockwise=bw))
         assert torch.equal(fp8ext.scaled_grouped_mm(*args, **kw, use_fast_accum=fast), named(args, kw, fast, kernel))
@@ -369,6 +373,22 @@ def test_a_masked_call_against_float64_and_replayed_with_new_counts(scaling, exp
         counts.copy_(torch.tensor(sizes, dtype=torch.int32))
         graph.replay()
         check(captured, f"replay {sizes}")
+
+
+@pytest.mark.parametrize("kernel", sorted(k for k in kernel_names() if "_gemv_" in k or "_swap_" in k)
+                         if torch.cuda.is_available() else ["<no GPU>"])
+def test_a_masked_call_on_each_small_rows_kernel_by_name_against_float64(kernel):
+    """Counts of 37, 0, 1 and 8 rows of 40: an 8-row decode kernel runs the 37 in five chunks."""
+    blockwise = kernel.startswith("grp_bw_")
+    (a, b, sa, sb), kw = on(DEV, batched_call(4, 40, 320, 384, blockwise=blockwise, bias=True))
+    counts = torch.tensor([37, 0, 1, 8], dtype=torch.int32, device=DEV)
+    fast = "_fast_" in kernel
+    out = torch.ops.fp8ext._scaled_grouped_mm_with_kernel(a, b, sa, sb, None, kw["bias"], None, fast, kernel, counts)
+    for g, n in enumerate(counts.tolist()):
+        if n:
+            check_against_reference(out[g, :n], a[g, :n], b[g], sa[g, :n] if blockwise else sa[g, :n, None],
+                                    sb[g] if blockwise else sb[g, None], kw["bias"][g], use_fast_accum=fast,
+                                    what=f"{kernel}: group {g}")
 
 
 @pytest.mark.parametrize("kernel", sorted(kernel_names()) if torch.cuda.is_available() else ["<no GPU>"])

@@ -4,8 +4,8 @@
 // the GPU and can be captured in a CUDA graph. Their values are the caller's to get right here (offs non-decreasing,
 // within a's rows or K_total, multiples of 16 along K; counts within [0, M]); values outside that range are
 // clamped, so no memory outside the tensors is touched. Also registers _grouped_kernel_names (the grouped kernels of
-// this build) and _scaled_grouped_mm_with_kernel (a call on a named kernel: the grouped suite times each kernel with
-// it, to fit the choice below).
+// this build) and _scaled_grouped_mm_with_kernel (a call on a named kernel, masked where masked_m is given: the
+// grouped suite times each kernel with it, to fit the choice below).
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,11 +42,14 @@ sm90::GroupedForm to_form(GroupedLayout l) {
 constexpr int64_t kSplitKMinDepth = 32 * 128;
 
 // The grouped decode kernels (sm90/grouped/grouped_gemv.cu) take a 2d x 3d call of at most kGemvMaxRows rows in
-// all (MoE decode up to 4 tokens at top-8): its few groups with rows each read their weight once, and the other
-// experts cost nothing. On the tuning models' decode rows they ran 1.165x the swapped tile's speed (0.96-1.51x). With
-// every group holding rows (a masked call, a 3d x 3d one) the swapped tile stays: there they ran 1.06x its speed on
-// the tuning models (0.97-1.36x) but slower on Qwen3-30B-A3B's K = 768 experts (records: docs/decisions.md).
-constexpr int64_t kGemvMaxRows = 32;
+// all (MoE decode of one token at top-8): its few groups with rows each read their weight once, and the other
+// experts cost nothing. On the tuning models' decode rows they ran 1.165x the swapped tile's speed (0.96-1.51x). At
+// most 8 rows, every group fits one tile of 8 tokens. A group of 9 to 32 rows is a decode call of that many rows,
+// where scaled_mm's swapped tiles beat the decode kernel (docs/design.md, Decode), and such a group is what a
+// skewed routing makes: Mixtral-8x22B's 32 rows in one group of 6144 x 16384 ran 2x slower than on the swapped tile.
+// With every group holding rows (a masked call, a 3d x 3d one) the swapped tile stays: there they ran 1.06x its speed
+// on the tuning models (0.97-1.36x) but slower on Qwen3-30B-A3B's K = 768 experts (records: docs/decisions.md).
+constexpr int64_t kGemvMaxRows = 8;
 
 // A split kernel's group limit (grouped_dispatch.inc), for the call's family: a group of more rows that also holds
 // more than half of the call's rows runs on the large tile.
@@ -216,9 +219,8 @@ Tensor scaled_grouped_mm_masked_cuda(Tensor a, Tensor b, Tensor scale_a, Tensor 
 
 Tensor scaled_grouped_mm_with_kernel(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, std::optional<Tensor> offs,
                                      std::optional<Tensor> bias, std::optional<ScalarType> out_dtype,
-                                     bool use_fast_accum, std::string kernel) {
-  return run_grouped(a, b, scale_a, scale_b, offs, std::nullopt, bias, out_dtype, use_fast_accum, std::nullopt,
-                     kernel);
+                                     bool use_fast_accum, std::string kernel, std::optional<Tensor> masked_m) {
+  return run_grouped(a, b, scale_a, scale_b, offs, masked_m, bias, out_dtype, use_fast_accum, std::nullopt, kernel);
 }
 
 // The kernels a call can name: the bf16 ones (the float32 partial kernels are parts of the split-K kernels).

@@ -96,7 +96,7 @@ STABLE_TORCH_LIBRARY(fp8ext, m) {
   m.def("_grouped_kernel_names() -> str[]");
   m.def(
       "_scaled_grouped_mm_with_kernel(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? offs, Tensor? bias, "
-      "ScalarType? out_dtype, bool use_fast_accum, str kernel) -> Tensor");
+      "ScalarType? out_dtype, bool use_fast_accum, str kernel, Tensor? masked_m=None) -> Tensor");
   m.def("_selected_blockwise_kernel(int M, int N, int K, ScalarType out_dtype, int sm_count, bool capturing=False, "
         "float[] fits=[], float[] residuals=[], bool torch_ok=True, float kernel_advantage=-1.0, "
         "int backstop_above_m=-1) -> str");

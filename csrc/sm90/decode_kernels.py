@@ -25,9 +25,10 @@ DECODE_KERNELS = [DecodeKernel(f"gemv_m4_precise_{out}", "precise", out, 4) for 
     DecodeKernel(f"gemv_tc_m32_{v}_fast_bf16", "fast", "bf16", 32) for v in ("r16_s4", "r16_s8", "r32_s8")]
 # grouped/grouped_gemv.cu: gemv_tensor_core.cu's block on each group's rows (e4m3; any M, in chunks of 32 rows),
 # registered in the grouped family: row-wise fast and precise, and block-wise (bw_gemv_tc.cu's scaling).
-GROUPED_DECODE_KERNELS = [DecodeKernel(f"grp_gemv_tc_m32_r16_s2_{accum}_bf16", accum, "bf16", 0)
-                          for accum in ("fast", "precise")] + [
-    DecodeKernel("grp_bw_gemv_tc_m32_r16_s2_bf16", "precise", "bf16", 0)]
+GROUPED_DECODE_SHAPES = ("m32_r16_s2",)
+GROUPED_DECODE_KERNELS = [DecodeKernel(f"grp_gemv_tc_{v}_{accum}_bf16", accum, "bf16", 0)
+                          for v in GROUPED_DECODE_SHAPES for accum in ("fast", "precise")] + [
+    DecodeKernel(f"grp_bw_gemv_tc_{v}_bf16", "precise", "bf16", 0) for v in GROUPED_DECODE_SHAPES]
 
 
 @dataclass(frozen=True)

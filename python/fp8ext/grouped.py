@@ -96,8 +96,12 @@ def _scaled_grouped_mm_masked_fake(a, b, scale_a, scale_b, masked_m, bias=None, 
 
 if hasattr(torch.ops.fp8ext, "_scaled_grouped_mm_with_kernel"):  # a CUDA build: the op exists
     @torch.library.register_fake("fp8ext::_scaled_grouped_mm_with_kernel")
-    def _scaled_grouped_mm_with_kernel_fake(a, b, scale_a, scale_b, offs, bias, out_dtype, use_fast_accum, kernel):
-        # scaled_grouped_mm on one named kernel (the grouped suite's timings), checked alike.
+    def _scaled_grouped_mm_with_kernel_fake(a, b, scale_a, scale_b, offs, bias, out_dtype, use_fast_accum, kernel,
+                                            masked_m=None):
+        # scaled_grouped_mm (masked where masked_m is given) on one named kernel (the grouped suite's timings),
+        # checked alike.
+        if masked_m is not None:
+            return _scaled_grouped_mm_masked_fake(a, b, scale_a, scale_b, masked_m, bias, out_dtype, use_fast_accum)
         return _scaled_grouped_mm_fake(a, b, scale_a, scale_b, offs, bias, out_dtype, use_fast_accum)
 
 

@@ -41,6 +41,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "sm90/common/grid_dependency.cuh"
 #include "sm90/decode/decode_common.cuh"
@@ -64,6 +65,22 @@ template <int MT, int NT, bool BlockScaled>
 constexpr int kMinBlocks = BlockScaled ? (kRoundRegs<MT, NT> + 2 * kAccRegs<MT, NT> <= 64 ? 2 : 1)
                                        : (kRoundRegs<MT, NT> + kAccRegs<MT, NT> <= 88 ? 2 : 1);
 constexpr int kMaxM = 32;
+
+// f(std::integral_constant<int, NT>{}) for the fewest tiles of 8 tokens (1, 2 or 4, at most MaxNT) that hold M
+// tokens, or MaxNT tiles where M is larger (the caller then runs M in chunks of 8 * MaxNT): the one place where the
+// token tiles are chosen, for the decode kernel's launch and the grouped decode kernel's chunks alike.
+#pragma nv_exec_check_disable
+template <int MaxNT, class F>
+__host__ __device__ __forceinline__ decltype(auto) with_token_tiles(int64_t M, F&& f) {
+  static_assert(MaxNT == 1 || MaxNT == 2 || MaxNT == 4, "1, 2 or 4 token tiles");
+  if constexpr (MaxNT >= 4) {
+    if (M > 16) return f(std::integral_constant<int, 4>{});
+  }
+  if constexpr (MaxNT >= 2) {
+    if (M > 8) return f(std::integral_constant<int, 2>{});
+  }
+  return f(std::integral_constant<int, 1>{});
+}
 
 // d += w * x for one m16n8k32 tile: A = weight (e4m3, 16 x 32), B = activations (8 tokens x 32), fp32 D.
 template <__nv_fp8_interpretation_t KindA>
@@ -265,9 +282,9 @@ cudaError_t launch_tiles(const typename Policy::Params& p) {
   constexpr int64_t kBlockRows = kWarps / S * MT * kTileRows;
   const dim3 grid(static_cast<unsigned>((p.N + kBlockRows - 1) / kBlockRows));
   // A dependent launch (grid_dependency.cuh) with 1, 2 or 4 tiles of 8 tokens.
-  if (p.M <= 8) return pdl::launch_decode<gemv_tc_kernel<Policy, Out, KindA, MT, 1, S>>(p, grid, kWarps * 32);
-  if (p.M <= 16) return pdl::launch_decode<gemv_tc_kernel<Policy, Out, KindA, MT, 2, S>>(p, grid, kWarps * 32);
-  return pdl::launch_decode<gemv_tc_kernel<Policy, Out, KindA, MT, 4, S>>(p, grid, kWarps * 32);
+  return with_token_tiles<kMaxM / 8>(p.M, [&](auto nt) {
+    return pdl::launch_decode<gemv_tc_kernel<Policy, Out, KindA, MT, decltype(nt)::value, S>>(p, grid, kWarps * 32);
+  });
 }
 
 }  // namespace fp8ext::sm90::gemv_tc

@@ -15,13 +15,16 @@ for torch (cuBLASLt declines other row counts). A loop's per-expert views and sc
 timed (the host knows the group sizes there); its launches are queued while the GPU is held, as for every peer.
 Times: the Timer (L2 flushed before each call, host held out, medians of interleaved turns); `tflops` counts
 2 x rows x N x K. With --all-kernels, every grouped kernel that takes the row's scales and accumulation is timed
-too, by name, in the same turns (`kernels_us`): the measurements that the kernel choice is fitted on.
+too, by name, in the same turns (`kernels_us`; --kernels: those that match its patterns): the measurements that the
+kernel choice is fitted on.
 
 --models names the models above (judged: the default), others of TUNING_MODELS, the set that
 tools/fit_grouped_dispatch.py fits the kernel choice on, or EVEN_GROUPS (with --routings even). --masked adds the
 masked form's decode rows (masked_row).
 """
 from __future__ import annotations
+
+from fnmatch import fnmatch
 
 import torch
 
@@ -121,7 +124,7 @@ def row(timer: Timer, rounds: int, model: str, G: int, topk: int, N: int, K: int
         fns["torch"] = lambda: [torch._scaled_mm(*e, out_dtype=out) for e in torch_parts]
     else:
         fns["torch"] = lambda: torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=out, use_fast_accum=fast)
-    named = [k for k in kernels if k.startswith("grp_bw_") == blockwise and (blockwise or f"_{accum}_" in k)]
+    named = family(kernels, accum)
     for k in named:
         fns[k] = lambda k=k: torch.ops.fp8ext._scaled_grouped_mm_with_kernel(a, b, sa, sb, offs, None, None, fast, k)
     t = timed_or_failed(timer, fns, rounds)
@@ -137,12 +140,28 @@ def row(timer: Timer, rounds: int, model: str, G: int, topk: int, N: int, K: int
             "vs_torch": ratio(t.get("torch"), us), "vs_loop": ratio(t.get("loop"), us)}
 
 
+def family(kernels: list, accum: str) -> list:
+    """The named kernels that take a row's scales and accumulation (block-wise: grp_bw_*)."""
+    blockwise = accum == "blockwise"
+    return [k for k in kernels if k.startswith("grp_bw_") == blockwise and (blockwise or f"_{accum}_" in k)]
+
+
+def graphed(call):
+    """A CUDA graph of call() (run once first), for replay."""
+    call()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    return graph
+
+
 def masked_row(timer: Timer, rounds: int, model: str, G: int, N: int, K: int, m: int, accum: str, w,
-               scales: dict) -> dict:
+               scales: dict, kernels: list) -> dict:
     """The masked form for decode: every one of the G experts holds m rows of a [G, MASKED_CAPACITY, K] input
     (masked_m = m each, expected_m = m), captured in a CUDA graph and timed as its replay; beside it, the same rows
     as a contiguous call of fp8ext and (row-wise) of torch._scaled_grouped_mm, eager. weights_tb_s: the experts'
-    FP8 weights (G x N x K bytes) over the masked call's time."""
+    FP8 weights (G x N x K bytes) over the masked call's time. `kernels`: each of these that takes the row's scales is
+    timed too, by name, as a graph of the masked call (kernels_us)."""
     blockwise = accum == "blockwise"
     fast = accum == "fast"
     a = (torch.randn(G, MASKED_CAPACITY, K, device="cuda") * 2).to(E4M3)
@@ -150,11 +169,7 @@ def masked_row(timer: Timer, rounds: int, model: str, G: int, N: int, K: int, m:
     sa = torch.exp2(-9 + 4 * torch.rand(shape, device="cuda"))
     counts = torch.full((G,), m, dtype=torch.int32, device="cuda")
     b, sb = w.transpose(-2, -1), scales[blockwise]
-    call = lambda: scaled_grouped_mm_masked(a, b, sa, sb, counts, use_fast_accum=fast, expected_m=m)  # noqa: E731
-    call()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
+    graph = graphed(lambda: scaled_grouped_mm_masked(a, b, sa, sb, counts, use_fast_accum=fast, expected_m=m))
     a2, sa2 = a[:, :m].reshape(G * m, K).contiguous(), sa[:, :m].reshape(G * m, *shape[2:]).contiguous()
     offs = torch.arange(1, G + 1, device="cuda", dtype=torch.int32) * m
     fns = {"masked_graph": graph.replay,
@@ -163,11 +178,15 @@ def masked_row(timer: Timer, rounds: int, model: str, G: int, N: int, K: int, m:
     if not blockwise:
         fns["torch"] = lambda: torch._scaled_grouped_mm(a2, b, sa2, sb, offs=offs, out_dtype=torch.bfloat16,
                                                         use_fast_accum=fast)
+    named = family(kernels, accum)
+    for k in named:
+        fns[k] = graphed(lambda k=k: torch.ops.fp8ext._scaled_grouped_mm_with_kernel(
+            a, b, sa, sb, None, None, None, fast, k, counts)).replay
     t = timed_or_failed(timer, fns, rounds)
     us = t.get("masked_graph")
     return {"model": model, "G": G, "rows_per_group": m, "N": N, "K": K, "accum": "precise" if blockwise else accum,
             "scaling": "blockwise" if blockwise else "rowwise", "masked_us": us, "fp8ext_us": t.get("fp8ext"),
-            "torch_grouped_us": t.get("torch"),
+            "torch_grouped_us": t.get("torch"), "kernels_us": {k: t.get(k) for k in named},
             "weights_tb_s": G * N * K / (us * 1e-6) / 1e12 if isinstance(us, float) else None}
 
 
@@ -226,8 +245,11 @@ def grouped_suite(args) -> dict:
     accums = [x.strip() for x in args.accum.split(",")] if "rowwise" in args.scalings else []
     accums += ["blockwise"] if "blockwise" in args.scalings else []
     tokens = [int(x) for x in args.tokens.split(",")]
-    # --all-kernels is the blockwise suite's option, shared
-    kernels = list(torch.ops.fp8ext._grouped_kernel_names()) if args.all_kernels else []
+    # --all-kernels is the blockwise suite's option and --kernels the large-m suite's, shared: every grouped kernel, or
+    # those that match one of the --kernels patterns (fnmatch), timed by name too
+    kernels = list(torch.ops.fp8ext._grouped_kernel_names()) if args.all_kernels or args.kernels else []
+    if args.kernels:
+        kernels = [k for k in kernels if any(fnmatch(k, pat) for pat in args.kernels.split(","))]
     routings = [x.strip() for x in args.routings.split(",")]
     rows, masked = [], []
     for model in (m.strip() for m in args.models.split(",")):
@@ -251,7 +273,7 @@ def grouped_suite(args) -> dict:
                 for m in (MASKED_M if args.masked else ()):
                     for accum in accums:
                         masked.append(guarded(lambda: masked_row(timer, args.rounds, model, G, N, K, m, accum, w,
-                                                                 scales)))
+                                                                 scales, kernels)))
                 del w, scales
                 torch.cuda.empty_cache()
     summary = summarize(rows)

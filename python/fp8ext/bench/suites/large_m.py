@@ -304,7 +304,8 @@ def merged(paths: list[str]) -> tuple[list[dict], list[dict], list[dict], dict]:
                          "--sections": dict(default="power,ncu", help="large-m: power, ncu (comma list; none: '')"),
                          "--turn-s": dict(type=float, default=3.0, help="large-m power: seconds per peer and turn"),
                          "--kernels": dict(default="", help="large-m sections: fp8ext kernels forced by name as "
-                                           "peers too (comma list, scheduler options allowed)"),
+                                           "peers too (comma list, scheduler options allowed); grouped: "
+                                           "grouped kernels to time by name (fnmatch patterns)"),
                          "--section-shapes": dict(default="", help="large-m sections: these shapes (MxNxK,...) "
                                                   "instead of the four"),
                          "--merge": dict(default="", help="large-m: earlier records of this run's build to include"),
