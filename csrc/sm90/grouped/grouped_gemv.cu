@@ -153,8 +153,8 @@ LaunchResult launch_grouped_gemv(const GroupedParams& p) {
   const int64_t slots = rows_2d3d && p.M < p.groups ? p.M : p.groups;
   const dim3 grid(static_cast<unsigned>((p.N + kBlockRows - 1) / kBlockRows),
                   static_cast<unsigned>(slots + (rows_2d3d ? 1 : 0)));
-  const cudaError_t err =
-      pdl::launch(&grouped_gemv_kernel<Blockwise, Precise, MT, S, NT, Blocks>, grid, dim3(kThreads), p.stream, p, slots);
+  const auto kernel = &grouped_gemv_kernel<Blockwise, Precise, MT, S, NT, Blocks>;
+  const cudaError_t err = pdl::launch(kernel, grid, dim3(kThreads), p.stream, p, slots);
   if (err != cudaSuccess) return {false, "launch", cudaGetErrorString(err)};
   return {};
 }
