@@ -346,6 +346,15 @@ def test_an_output_the_cuda_kernels_do_not_write_is_refused(blockwise):
         fp8ext.scaled_grouped_mm(*args, **kw)
 
 
+def check_masked(out, a, b, sa, sb, bias, counts, blockwise, use_fast_accum, what):
+    """Each group's first counts[g] rows of a masked call's output against float64."""
+    for g, n in enumerate(counts.tolist()):
+        if n:
+            check_against_reference(out[g, :n], a[g, :n], b[g], sa[g, :n] if blockwise else sa[g, :n, None],
+                                    sb[g] if blockwise else sb[g, None], bias[g], use_fast_accum=use_fast_accum,
+                                    what=f"{what}: group {g}")
+
+
 @pytest.mark.parametrize("scaling", ["row-wise", "block-wise", "block-wise, torch's scale layout"])
 @pytest.mark.parametrize("expected_m", [8, None])  # the swapped kernel, the cooperative one (M_max = 96)
 def test_a_masked_call_against_float64_and_replayed_with_new_counts(scaling, expected_m):
@@ -358,11 +367,7 @@ def test_a_masked_call_against_float64_and_replayed_with_new_counts(scaling, exp
         return fp8ext.scaled_grouped_mm_masked(a, b, sa, sb, counts, bias=kw["bias"], expected_m=expected_m)
 
     def check(out, what):
-        for g, n in enumerate(counts.tolist()):
-            if n:
-                check_against_reference(out[g, :n], a[g, :n], b[g], sa[g, :n] if blockwise else sa[g, :n, None],
-                                        sb[g] if blockwise else sb[g, None], kw["bias"][g], use_fast_accum=False,
-                                        what=f"{what}: group {g}")
+        check_masked(out, a, b, sa, sb, kw["bias"], counts, blockwise, False, what)
 
     check(call(), "eager")
     torch.cuda.synchronize()
@@ -378,17 +383,13 @@ def test_a_masked_call_against_float64_and_replayed_with_new_counts(scaling, exp
 @pytest.mark.parametrize("kernel", sorted(k for k in kernel_names() if "_gemv_" in k or "_swap_" in k)
                          if torch.cuda.is_available() else ["<no GPU>"])
 def test_a_masked_call_on_each_small_rows_kernel_by_name_against_float64(kernel):
-    """Counts of 37, 0, 1 and 8 rows of 40: an 8-row decode kernel runs the 37 in five chunks."""
+    """Counts of 37, 0, 1 and 8 rows of 40: the decode kernel runs the 37 in two chunks of 32."""
     blockwise = kernel.startswith("grp_bw_")
     (a, b, sa, sb), kw = on(DEV, batched_call(4, 40, 320, 384, blockwise=blockwise, bias=True))
     counts = torch.tensor([37, 0, 1, 8], dtype=torch.int32, device=DEV)
     fast = "_fast_" in kernel
     out = torch.ops.fp8ext._scaled_grouped_mm_with_kernel(a, b, sa, sb, None, kw["bias"], None, fast, kernel, counts)
-    for g, n in enumerate(counts.tolist()):
-        if n:
-            check_against_reference(out[g, :n], a[g, :n], b[g], sa[g, :n] if blockwise else sa[g, :n, None],
-                                    sb[g] if blockwise else sb[g, None], kw["bias"][g], use_fast_accum=fast,
-                                    what=f"{kernel}: group {g}")
+    check_masked(out, a, b, sa, sb, kw["bias"], counts, blockwise, fast, kernel)
 
 
 @pytest.mark.parametrize("kernel", sorted(kernel_names()) if torch.cuda.is_available() else ["<no GPU>"])

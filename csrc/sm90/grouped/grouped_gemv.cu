@@ -41,6 +41,7 @@ namespace fp8ext::sm90 {
 namespace {
 
 using Out = __nv_bfloat16;
+using gemv_tc::kMaxM;
 using gemv_tc::kWarps;
 constexpr int kThreads = kWarps * 32;
 
@@ -92,28 +93,26 @@ __device__ void fill_without_depth(const GroupedParams& p, const GroupView<uint8
   }
 }
 
-// Group grp's rows through gemv_tensor_core.cuh's block, 8 * NT rows at a time (the fewest tiles of 8 tokens that
+// Group grp's rows through gemv_tensor_core.cuh's block, kMaxM rows at a time (the fewest tiles of 8 tokens that
 // hold a chunk): q holds everything but the chunk's rows, operand, scales and output.
-template <class Policy, bool Promote, int MT, int S, int NT>
+template <class Policy, bool Promote, int MT, int S>
 __device__ void run_chunks(typename Policy::Params q, const GroupView<uint8_t, Out>& grp, const GroupedParams& p) {
-  constexpr int64_t kChunkRows = 8 * NT;
-  for (int64_t c0 = 0; c0 < grp.rows; c0 += kChunkRows) {
-    q.M = grp.rows - c0 < kChunkRows ? grp.rows - c0 : kChunkRows;
+  for (int64_t c0 = 0; c0 < grp.rows; c0 += kMaxM) {
+    q.M = grp.rows - c0 < kMaxM ? grp.rows - c0 : kMaxM;
     q.a = grp.a + c0 * p.lda;
     q.scale_a = grp.scale_a + c0 * p.sa_stride_m;
     q.out = grp.out + c0 * p.N;
-    gemv_tc::with_token_tiles<NT>(q.M, [&](auto nt) {
+    gemv_tc::with_token_tiles<kMaxM / 8>(q.M, [&](auto nt) {
       gemv_tc::gemv_tc_block<Policy, Out, __NV_E4M3, MT, decltype(nt)::value, S, Promote>(q, blockIdx.x);
     });
   }
 }
 
 // Blockwise: the block-scaled policy (scales inside the K loop, so always promoted); else row-wise, Precise
-// promoting every 128 of K. MT, S: gemv_tensor_core.cuh's weight tiles per warp and K slices; NT: at most that many
-// tiles of 8 tokens per pass over the weight, and the registers sized for them; Blocks: blocks per SM that the
-// registers must allow. `slots`: the grid's group slots (above).
-template <bool Blockwise, bool Precise, int MT, int S, int NT, int Blocks>
-__global__ void __launch_bounds__(kThreads, Blocks) grouped_gemv_kernel(GroupedParams p, int64_t slots) {
+// promoting every 128 of K. MT, S: gemv_tensor_core.cuh's weight tiles per warp and K slices. `slots`: the grid's
+// group slots (above).
+template <bool Blockwise, bool Precise, int MT, int S>
+__global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GroupedParams p, int64_t slots) {
   constexpr int kBlockRows = gemv_tc::WarpPart<MT, S>::kBlockRows;
   pdl::wait_for_prior_grids();
   pdl::allow_dependent_grids();
@@ -143,18 +142,18 @@ __global__ void __launch_bounds__(kThreads, Blocks) grouped_gemv_kernel(GroupedP
     q.sb_stride_g = p.sb_stride_q;
     q.sb_stride_n = p.sb_stride_n;
   }
-  run_chunks<Policy, Precise && !Blockwise, MT, S, NT>(q, grp, p);
+  run_chunks<Policy, Precise && !Blockwise, MT, S>(q, grp, p);
 }
 
-template <bool Blockwise, bool Precise, int MT, int S, int NT, int Blocks>
+template <bool Blockwise, bool Precise, int MT, int S>
 LaunchResult launch_grouped_gemv(const GroupedParams& p) {
   constexpr int64_t kBlockRows = gemv_tc::WarpPart<MT, S>::kBlockRows;
   const bool rows_2d3d = p.form == GroupedForm::k2d3d;
   const int64_t slots = rows_2d3d && p.M < p.groups ? p.M : p.groups;
   const dim3 grid(static_cast<unsigned>((p.N + kBlockRows - 1) / kBlockRows),
                   static_cast<unsigned>(slots + (rows_2d3d ? 1 : 0)));
-  const auto kernel = &grouped_gemv_kernel<Blockwise, Precise, MT, S, NT, Blocks>;
-  const cudaError_t err = pdl::launch(kernel, grid, dim3(kThreads), p.stream, p, slots);
+  const cudaError_t err =
+      pdl::launch(&grouped_gemv_kernel<Blockwise, Precise, MT, S>, grid, dim3(kThreads), p.stream, p, slots);
   if (err != cudaSuccess) return {false, "launch", cudaGetErrorString(err)};
   return {};
 }
@@ -170,27 +169,19 @@ constexpr KernelTraits grouped_gemv_traits(Accum accum) {
   return t;
 }
 
-template <bool Blockwise, bool Precise, int MT, int S, int NT, int Blocks>
+template <bool Blockwise, bool Precise, int MT, int S>
 bool register_variant(const char* name) {
   return register_grouped_kernel({name, grouped_gemv_traits(Precise || Blockwise ? Accum::kPrecise : Accum::kFast),
-                                  &launch_grouped_gemv<Blockwise, Precise, MT, S, NT, Blocks>, &no_workspace});
-}
-
-// The three families of one shape: row-wise fast and precise, and block-wise.
-template <int MT, int S, int NT, int Blocks>
-bool register_families(const char* fast, const char* precise, const char* blockwise) {
-  return register_variant<false, false, MT, S, NT, Blocks>(fast) &&
-         register_variant<false, true, MT, S, NT, Blocks>(precise) &&
-         register_variant<true, true, MT, S, NT, Blocks>(blockwise);
+                                  &launch_grouped_gemv<Blockwise, Precise, MT, S>, &no_workspace});
 }
 
 // m32: at most 32 rows (4 tiles of 8 tokens) per pass over the weight; r16: one 16-row weight tile per warp; s2: K in
 // 2 slices. Eight slices ran slower than two on 164 of 180 of the tuning models' decode rows, by up to 1.9x; 8-row
 // forms (registers for one token tile, three blocks per SM), K in one slice and 32 weight rows per warp ran no
 // faster on their decode and masked rows (records: docs/decisions.md).
-const bool kRegistered =
-    register_families<1, 2, 4, 2>("grp_gemv_tc_m32_r16_s2_fast_bf16", "grp_gemv_tc_m32_r16_s2_precise_bf16",
-                                  "grp_bw_gemv_tc_m32_r16_s2_bf16");
+const bool kRegistered = register_variant<false, false, 1, 2>("grp_gemv_tc_m32_r16_s2_fast_bf16") &&
+                         register_variant<false, true, 1, 2>("grp_gemv_tc_m32_r16_s2_precise_bf16") &&
+                         register_variant<true, true, 1, 2>("grp_bw_gemv_tc_m32_r16_s2_bf16");
 
 }  // namespace
 }  // namespace fp8ext::sm90
