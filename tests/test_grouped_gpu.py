@@ -86,7 +86,7 @@ SAME_TILE = {"grp_coop_128x128x128_c1x1_fast_bf16": "pp_128x128x128_c1x2_fast_bf
              "grp_coop_128x128x128_c1x1_precise_bf16": "coop_128x128x128_c1x2_precise_bf16"}
 
 
-GEMV_SHAPES = ("m32_r16_s2",)  # the grouped decode kernels
+GEMV_SHAPES = ("tc_m32_r16_s2", "stream_r16")  # the grouped decode kernels
 
 
 def test_the_build_has_every_grouped_kernel():
@@ -94,8 +94,8 @@ def test_the_build_has_every_grouped_kernel():
                                                             "split", "splitk") for a in ("fast", "precise")} | {
         "grp_bw_swap_coop_128x32x128_c1x1_bf16", "grp_bw_coop_128x128x128_c1x1_bf16", "grp_bw_split_bf16",
         "grp_coop_128x256x128_c1x1_fast_bf16"} | {
-        f"grp_gemv_tc_{v}_{a}_bf16" for v in GEMV_SHAPES for a in ("fast", "precise")} | {
-        f"grp_bw_gemv_tc_{v}_bf16" for v in GEMV_SHAPES}
+        f"grp_gemv_{v}_{a}_bf16" for v in GEMV_SHAPES for a in ("fast", "precise")} | {
+        f"grp_bw_gemv_{v}_bf16" for v in GEMV_SHAPES}
 
 
 def named(args, kw, fast, kernel):
@@ -387,6 +387,19 @@ def test_a_masked_call_on_each_small_rows_kernel_by_name_against_float64(kernel)
     blockwise = kernel.startswith("grp_bw_")
     (a, b, sa, sb), kw = on(DEV, batched_call(4, 40, 320, 384, blockwise=blockwise, bias=True))
     counts = torch.tensor([37, 0, 1, 8], dtype=torch.int32, device=DEV)
+    fast = "_fast_" in kernel
+    out = torch.ops.fp8ext._scaled_grouped_mm_with_kernel(a, b, sa, sb, None, kw["bias"], None, fast, kernel, counts)
+    check_masked(out, a, b, sa, sb, kw["bias"], counts, blockwise, fast, kernel)
+
+
+@pytest.mark.parametrize("kernel", sorted(k for k in kernel_names() if "_gemv_" in k)
+                         if torch.cuda.is_available() else ["<no GPU>"])
+def test_a_masked_call_of_more_column_tiles_than_warps_against_float64(kernel):
+    """96 experts of 1024 x 640 with 0-8 rows each: 6144 items of 16 columns, more than the stream kernel's warps on
+    any Hopper part (3 blocks of 4 warps per SM), so each warp streams across item boundaries."""
+    blockwise = kernel.startswith("grp_bw_")
+    (a, b, sa, sb), kw = on(DEV, batched_call(96, 8, 1024, 640, blockwise=blockwise, bias=True, seed=7))
+    counts = torch.randint(0, 9, (96,), generator=torch.Generator().manual_seed(3), dtype=torch.int32).to(DEV)
     fast = "_fast_" in kernel
     out = torch.ops.fp8ext._scaled_grouped_mm_with_kernel(a, b, sa, sb, None, kw["bias"], None, fast, kernel, counts)
     check_masked(out, a, b, sa, sb, kw["bias"], counts, blockwise, fast, kernel)
