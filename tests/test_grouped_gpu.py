@@ -355,8 +355,26 @@ def check_masked(out, a, b, sa, sb, bias, counts, blockwise, use_fast_accum, wha
                                     what=f"{what}: group {g}")
 
 
+@pytest.mark.parametrize("accum", ["fast", "precise", "blockwise"])
+def test_a_masked_call_of_few_expected_rows_runs_the_stream_kernel(accum):
+    """The dispatch: expected_m = GEMV_ROWS on the stream kernel, one row more on the swapped tile."""
+    fast, bw = accum == "fast", accum == "blockwise"
+    tail = "_bf16" if bw else f"_{accum}_bf16"
+    (a, b, sa, sb), kw = on(DEV, batched_call(6, 24, 256, 384, blockwise=bw, bias=True))
+    counts = torch.tensor([9, 0, 1, 8, 24, 3], dtype=torch.int32, device=DEV)
+    stream = f"grp_{'bw_' if bw else ''}gemv_stream_r16{tail}"
+    swapped = "grp_bw_swap_coop_128x32x128_c1x1_bf16" if bw else f"grp_swap_pp_128x32x128_c1x1{tail}"
+    for expected_m, kernel in ((GEMV_ROWS, stream), (GEMV_ROWS + 1, swapped)):
+        out = fp8ext.scaled_grouped_mm_masked(a, b, sa, sb, counts, bias=kw["bias"], use_fast_accum=fast,
+                                              expected_m=expected_m)
+        want = torch.ops.fp8ext._scaled_grouped_mm_with_kernel(a, b, sa, sb, None, kw["bias"], None, fast, kernel,
+                                                               counts)
+        for g, n in enumerate(counts.tolist()):
+            assert torch.equal(out[g, :n], want[g, :n]), f"{kernel}: group {g}"
+
+
 @pytest.mark.parametrize("scaling", ["row-wise", "block-wise", "block-wise, torch's scale layout"])
-@pytest.mark.parametrize("expected_m", [8, None])  # the swapped kernel, the cooperative one (M_max = 96)
+@pytest.mark.parametrize("expected_m", [8, None])  # the stream kernel, the cooperative one (M_max = 96)
 def test_a_masked_call_against_float64_and_replayed_with_new_counts(scaling, expected_m):
     blockwise = scaling != "row-wise"
     built = batched_call(4, 96, 256, 384, blockwise=blockwise, bias=True)

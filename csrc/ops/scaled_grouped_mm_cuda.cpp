@@ -47,8 +47,10 @@ constexpr int64_t kSplitKMinDepth = 32 * 128;
 // most 8 rows, every group fits one tile of 8 tokens. A group of 9 to 32 rows is a decode call of that many rows,
 // where scaled_mm's swapped tiles beat the decode kernel (docs/design.md, Decode), and such a group is what a
 // skewed routing makes: Mixtral-8x22B's 32 rows in one group of 6144 x 16384 ran 2x slower than on the swapped tile.
-// With every group holding rows (a masked call, a 3d x 3d one) the swapped tile stays: there they ran 1.06x its speed
-// on the tuning models (0.97-1.36x) but slower on Qwen3-30B-A3B's K = 768 experts (records: docs/decisions.md).
+// A call whose every group may hold rows (a masked call, a 3d x 3d one) of at most kGemvMaxRows rows per group (a
+// masked call's expected_m) goes to the stream kernel (sm90/grouped/grouped_gemv_stream.cu), whose warps keep loading
+// across the groups' column tiles; it beat the swapped tile on the tuning models' masked rows in every family
+// (records: docs/decisions.md).
 constexpr int64_t kGemvMaxRows = 8;
 
 // A split kernel's group limit (grouped_dispatch.inc), for the call's family: a group of more rows that also holds
@@ -59,8 +61,9 @@ int64_t split_rows(const GroupedMmProblem& p, bool use_fast_accum) {
 }
 
 // The kernel for a call, from what the host knows: a 2d x 3d call of at most kGemvMaxRows rows on the grouped decode
-// kernel; groups that average at most a fitted number of rows (MoE
-// decode: a few tokens per expert; a masked call's expected_m, else its M) on swapped tiles 32 tokens wide, where a
+// kernel, a masked or 3d x 3d call of at most that many rows per group on the stream kernel; groups that average
+// at most a fitted number of rows (MoE decode: a few tokens per expert; a masked call's expected_m, else its M) on
+// swapped tiles 32 tokens wide, where a
 // group's tokens fill the MMA's narrow N side; larger groups on the 128 x 128 cooperative tile, or with fast
 // accumulation above a fitted mean (kNarrowMaxRowsPerGroup) on the 128 x 256 one. A 2d x 3d call of
 // few rows per group but more rows in all than split_rows() may still hold a large group (routing skewed to one
@@ -79,6 +82,7 @@ const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool u
                        : use_fast_accum   ? kSwapMaxRowsPerGroup_rowwise_fast
                                           : kSwapMaxRowsPerGroup_rowwise_precise;
   const bool gemv = p.layout == GroupedLayout::k2d3d && p.M <= kGemvMaxRows;
+  const bool stream = p.layout == GroupedLayout::k3d3d && rows_per_group <= kGemvMaxRows;
   const bool few = rows_per_group <= limit;
   const bool split = few && p.layout == GroupedLayout::k2d3d && p.M > split_rows(p, use_fast_accum);
   const bool splitk = split && !p.blockwise && p.K >= kSplitKMinDepth &&
@@ -88,6 +92,8 @@ const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool u
   const std::string name =
       gemv     ? (p.blockwise ? std::string("grp_bw_gemv_tc_m32_r16_s2_bf16")
                               : str("grp_gemv_tc_m32_r16_s2_", accum, "_bf16"))
+      : stream ? (p.blockwise ? std::string("grp_bw_gemv_stream_r16_bf16")
+                              : str("grp_gemv_stream_r16_", accum, "_bf16"))
       : splitk ? str("grp_splitk_", accum, "_bf16")
       : split  ? (p.blockwise ? std::string("grp_bw_split_bf16") : str("grp_split_", accum, "_bf16"))
       : p.blockwise ? str(few ? "grp_bw_swap_coop_128x32x128_c1x1" : "grp_bw_coop_128x128x128_c1x1", "_bf16")
