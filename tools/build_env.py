@@ -173,7 +173,7 @@ def sources(with_cuda: bool) -> list[Path]:
         # The hand-written row-wise decode kernels: every decode/gemv_*.cu, the files
         # generate_kernels.decode_kernel_names() reads (the block-scaled ones come with kernel_sources()).
         srcs += sorted(DECODE.glob("gemv_*.cu"))
-        srcs += sorted((SM90 / "grouped").glob("grouped_gemv*.cu"))  # the hand-written grouped decode kernels
+        srcs += [SM90 / "grouped" / "grouped_gemv.cu"]  # the hand-written grouped decode kernels
         srcs += kernel_sources()
     return srcs
 

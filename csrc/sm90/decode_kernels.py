@@ -25,11 +25,10 @@ DECODE_KERNELS = [DecodeKernel(f"gemv_m4_precise_{out}", "precise", out, 4) for 
     DecodeKernel(f"gemv_tc_m32_{v}_fast_bf16", "fast", "bf16", 32) for v in ("r16_s4", "r16_s8", "r32_s8")]
 # grouped/grouped_gemv.cu: gemv_tensor_core.cu's block on each group's rows (e4m3; any M, in chunks of 32 rows),
 # registered in the grouped family: row-wise fast and precise, and block-wise (bw_gemv_tc.cu's scaling).
-# grouped/grouped_gemv_stream.cu: one stream of loads per warp over (group, 16 columns) items, 8 tokens a pass.
-GROUPED_DECODE_SHAPES = ("tc_m32_r16_s2", "stream_r16")
-GROUPED_DECODE_KERNELS = [DecodeKernel(f"grp_gemv_{v}_{accum}_bf16", accum, "bf16", 0)
+GROUPED_DECODE_SHAPES = ("m32_r16_s2",)
+GROUPED_DECODE_KERNELS = [DecodeKernel(f"grp_gemv_tc_{v}_{accum}_bf16", accum, "bf16", 0)
                           for v in GROUPED_DECODE_SHAPES for accum in ("fast", "precise")] + [
-    DecodeKernel(f"grp_bw_gemv_{v}_bf16", "precise", "bf16", 0) for v in GROUPED_DECODE_SHAPES]
+    DecodeKernel(f"grp_bw_gemv_tc_{v}_bf16", "precise", "bf16", 0) for v in GROUPED_DECODE_SHAPES]
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,7 @@ def blockwise_decode_kernel_names() -> set[str]:
 
 
 def grouped_decode_kernel_names() -> set[str]:
-    """The names that the hand-written grouped decode kernels (csrc/sm90/grouped/grouped_gemv*.cu) register under,
-    read from their sources."""
-    return {name for path in sorted((DECODE_DIR.parent / "grouped").glob("grouped_gemv*.cu"))
-            for name in re.findall(r'"(grp_(?:bw_)?gemv_\w+_bf16)"', path.read_text())}
+    """The names that the hand-written grouped decode kernels (csrc/sm90/grouped/grouped_gemv.cu) register under,
+    read from their source."""
+    source = DECODE_DIR.parent / "grouped" / "grouped_gemv.cu"
+    return set(re.findall(r'"(grp_(?:bw_)?gemv_\w+_bf16)"', source.read_text()))

@@ -86,28 +86,21 @@ inline bool enabled() {
   return on;
 }
 
-// kernel<<<grid, block, smem_bytes, stream>>>(args...), launched as a dependent of the stream's previous kernel
-// when enabled(). The kernel must call wait_for_prior_grids() before its first global memory access.
+// kernel<<<grid, block, 0, stream>>>(args...), launched as a dependent of the stream's previous kernel when
+// enabled(). The kernel must call wait_for_prior_grids() before its first global memory access.
 template <class... Params, class... Args>
-cudaError_t launch_with_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
-                             Args&&... args) {
+cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
-  config.dynamicSmemBytes = smem_bytes;
+  config.dynamicSmemBytes = 0;
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = enabled() ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-}
-
-// The same without dynamic shared memory.
-template <class... Params, class... Args>
-cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
-  return launch_with_smem(kernel, grid, block, 0, stream, std::forward<Args>(args)...);
 }
 
 // A decode GEMM's launch: kernel(p, prefetch_blocks) as a dependent, the first wave's blocks prefetching (none

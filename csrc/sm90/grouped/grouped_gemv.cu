@@ -56,12 +56,22 @@ __device__ int64_t rows_2d3d(const GroupedParams& p, int64_t g) {
 __device__ int64_t nth_group_with_rows(const GroupedParams& p, int64_t y) {
   __shared__ int warp_totals[kWarps];
   __shared__ int64_t found;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t per = (p.groups + kThreads - 1) / kThreads;
   const int64_t first = threadIdx.x * per, last = first + per < p.groups ? first + per : p.groups;
   int count = 0;
   for (int64_t g = first; g < last; ++g) count += rows_2d3d(p, g) > 0;
+  int inclusive = count;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, inclusive, d);
+    if (lane >= d) inclusive += v;
+  }
+  if (lane == 31) warp_totals[warp] = inclusive;
   if (threadIdx.x == 0) found = -1;
-  const int before = block_exclusive_sum<kWarps>(count, warp_totals).x;
+  __syncthreads();
+  int before = inclusive - count;
+  for (int w = 0; w < warp; ++w) before += warp_totals[w];
   if (y >= before && y < before + count) {
     int64_t seen = before;
     for (int64_t g = first; g < last; ++g) {
@@ -148,9 +158,21 @@ LaunchResult launch_grouped_gemv(const GroupedParams& p) {
   return {};
 }
 
+size_t no_workspace(const GroupedParams&) { return 0; }
+
+constexpr KernelTraits grouped_gemv_traits(Accum accum) {
+  KernelTraits t{};
+  t.schedule = Schedule::kGemv;
+  t.accum = accum;
+  t.out = OutType::kBF16;
+  t.in_a = InType::kE4M3;
+  return t;
+}
+
 template <bool Blockwise, bool Precise, int MT, int S>
 bool register_variant(const char* name) {
-  return register_grouped_decode_kernel(name, Precise || Blockwise, &launch_grouped_gemv<Blockwise, Precise, MT, S>);
+  return register_grouped_kernel({name, grouped_gemv_traits(Precise || Blockwise ? Accum::kPrecise : Accum::kFast),
+                                  &launch_grouped_gemv<Blockwise, Precise, MT, S>, &no_workspace});
 }
 
 // m32: at most 32 rows (4 tiles of 8 tokens) per pass over the weight; r16: one 16-row weight tile per warp; s2: K in

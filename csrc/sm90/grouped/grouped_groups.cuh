@@ -49,29 +49,6 @@ __device__ GroupView<Element, ElementD> find_group(const GroupedParams& p, int64
   return grp;
 }
 
-// A block of Warps warps: the sum of `count` over the threads before this one, and over all (x, y). All threads call
-// it; it ends with the block's barrier, after which warp_totals (Warps ints of shared memory) may be reused.
-template <int Warps>
-__device__ int2 block_exclusive_sum(int count, int* warp_totals) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  int inclusive = count;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, inclusive, d);
-    if (lane >= d) inclusive += v;
-  }
-  if (lane == 31) warp_totals[warp] = inclusive;
-  __syncthreads();
-  int2 r = make_int2(inclusive - count, 0);
-#pragma unroll
-  for (int w = 0; w < Warps; ++w) {
-    r.x += w < warp ? warp_totals[w] : 0;
-    r.y += warp_totals[w];
-  }
-  __syncthreads();
-  return r;
-}
-
 // Zeros in the rows of a 2d x 3d output past the last offset (no group's rows, so no kernel writes them), written by
 // `blocks` blocks of which this is `block`.
 template <class ElementD>

@@ -83,16 +83,4 @@ using GroupedKernelEntry = RegistryEntry<KernelTraits, GroupedParams>;
 using GroupedRegistry = NameRegistry<GroupedKernelEntry>;
 inline bool register_grouped_kernel(const GroupedKernelEntry& e) { return GroupedRegistry::add(e); }
 
-// A hand-written grouped decode kernel (grouped_gemv*.cu): e4m3 operands, bf16 output, no tile, no workspace;
-// precise for the block-wise ones, whose scales enter once per 128 of K.
-inline bool register_grouped_decode_kernel(const char* name, bool precise,
-                                           LaunchResult (*launch)(const GroupedParams&)) {
-  KernelTraits t{};
-  t.schedule = Schedule::kGemv;
-  t.accum = precise ? Accum::kPrecise : Accum::kFast;
-  t.out = OutType::kBF16;
-  t.in_a = InType::kE4M3;
-  return register_grouped_kernel({name, t, launch, [](const GroupedParams&) -> size_t { return 0; }});
-}
-
 }  // namespace fp8ext::sm90
