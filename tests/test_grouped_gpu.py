@@ -355,8 +355,26 @@ def check_masked(out, a, b, sa, sb, bias, counts, blockwise, use_fast_accum, wha
                                     what=f"{what}: group {g}")
 
 
+@pytest.mark.parametrize("accum", ["fast", "precise", "blockwise"])
+def test_a_masked_call_of_few_expected_rows_runs_the_grouped_decode_kernel(accum):
+    """The dispatch: expected_m = GEMV_ROWS on the decode kernel, one row more on the swapped tile."""
+    fast, bw = accum == "fast", accum == "blockwise"
+    tail = "_bf16" if bw else f"_{accum}_bf16"
+    (a, b, sa, sb), kw = on(DEV, batched_call(6, 24, 256, 384, blockwise=bw, bias=True))
+    counts = torch.tensor([9, 0, 1, 8, 24, 3], dtype=torch.int32, device=DEV)
+    decode = f"grp_{'bw_' if bw else ''}gemv_tc_m32_r16_s2{tail}"
+    swapped = "grp_bw_swap_coop_128x32x128_c1x1_bf16" if bw else f"grp_swap_pp_128x32x128_c1x1{tail}"
+    for expected_m, kernel in ((GEMV_ROWS, decode), (GEMV_ROWS + 1, swapped)):
+        out = fp8ext.scaled_grouped_mm_masked(a, b, sa, sb, counts, bias=kw["bias"], use_fast_accum=fast,
+                                              expected_m=expected_m)
+        want = torch.ops.fp8ext._scaled_grouped_mm_with_kernel(a, b, sa, sb, None, kw["bias"], None, fast, kernel,
+                                                               counts)
+        for g, n in enumerate(counts.tolist()):
+            assert torch.equal(out[g, :n], want[g, :n]), f"{kernel}: group {g}"
+
+
 @pytest.mark.parametrize("scaling", ["row-wise", "block-wise", "block-wise, torch's scale layout"])
-@pytest.mark.parametrize("expected_m", [8, None])  # the swapped kernel, the cooperative one (M_max = 96)
+@pytest.mark.parametrize("expected_m", [8, None])  # the decode kernel, the cooperative one (M_max = 96)
 def test_a_masked_call_against_float64_and_replayed_with_new_counts(scaling, expected_m):
     blockwise = scaling != "row-wise"
     built = batched_call(4, 96, 256, 384, blockwise=blockwise, bias=True)
@@ -387,6 +405,19 @@ def test_a_masked_call_on_each_small_rows_kernel_by_name_against_float64(kernel)
     blockwise = kernel.startswith("grp_bw_")
     (a, b, sa, sb), kw = on(DEV, batched_call(4, 40, 320, 384, blockwise=blockwise, bias=True))
     counts = torch.tensor([37, 0, 1, 8], dtype=torch.int32, device=DEV)
+    fast = "_fast_" in kernel
+    out = torch.ops.fp8ext._scaled_grouped_mm_with_kernel(a, b, sa, sb, None, kw["bias"], None, fast, kernel, counts)
+    check_masked(out, a, b, sa, sb, kw["bias"], counts, blockwise, fast, kernel)
+
+
+@pytest.mark.parametrize("kernel", sorted(k for k in kernel_names() if "_gemv_" in k)
+                         if torch.cuda.is_available() else ["<no GPU>"])
+def test_a_masked_call_of_many_groups_against_float64(kernel):
+    """96 experts of 1024 x 640 with 0-8 rows each (a decode step's masked call): 1536 blocks of 64 columns, several
+    waves on any Hopper part."""
+    blockwise = kernel.startswith("grp_bw_")
+    (a, b, sa, sb), kw = on(DEV, batched_call(96, 8, 1024, 640, blockwise=blockwise, bias=True, seed=7))
+    counts = torch.randint(0, 9, (96,), generator=torch.Generator().manual_seed(3), dtype=torch.int32).to(DEV)
     fast = "_fast_" in kernel
     out = torch.ops.fp8ext._scaled_grouped_mm_with_kernel(a, b, sa, sb, None, kw["bias"], None, fast, kernel, counts)
     check_masked(out, a, b, sa, sb, kw["bias"], counts, blockwise, fast, kernel)

@@ -47,8 +47,9 @@ constexpr int64_t kSplitKMinDepth = 32 * 128;
 // most 8 rows, every group fits one tile of 8 tokens. A group of 9 to 32 rows is a decode call of that many rows,
 // where scaled_mm's swapped tiles beat the decode kernel (docs/design.md, Decode), and such a group is what a
 // skewed routing makes: Mixtral-8x22B's 32 rows in one group of 6144 x 16384 ran 2x slower than on the swapped tile.
-// With every group holding rows (a masked call, a 3d x 3d one) the swapped tile stays: there they ran 1.06x its speed
-// on the tuning models (0.97-1.36x) but slower on Qwen3-30B-A3B's K = 768 experts (records: docs/decisions.md).
+// A call whose every group may hold rows (a masked call, a 3d x 3d one) of at most kGemvMaxRows rows per group (a
+// masked call's expected_m) runs them too: on the tuning models' masked rows they ran 1.044x (fast), 1.031x (precise)
+// and 1.073x (block-wise) the swapped tile's speed, 0.97-1.32x (records: docs/decisions.md).
 constexpr int64_t kGemvMaxRows = 8;
 
 // A split kernel's group limit (grouped_dispatch.inc), for the call's family: a group of more rows that also holds
@@ -59,11 +60,11 @@ int64_t split_rows(const GroupedMmProblem& p, bool use_fast_accum) {
 }
 
 // The kernel for a call, from what the host knows: a 2d x 3d call of at most kGemvMaxRows rows on the grouped decode
-// kernel; groups that average at most a fitted number of rows (MoE
-// decode: a few tokens per expert; a masked call's expected_m, else its M) on swapped tiles 32 tokens wide, where a
-// group's tokens fill the MMA's narrow N side; larger groups on the 128 x 128 cooperative tile, or with fast
-// accumulation above a fitted mean (kNarrowMaxRowsPerGroup) on the 128 x 256 one. A 2d x 3d call of
-// few rows per group but more rows in all than split_rows() may still hold a large group (routing skewed to one
+// kernel, and a masked or 3d x 3d call of at most that many rows per group; groups that average at most a fitted
+// number of rows (MoE decode: a few tokens per expert; a masked call's expected_m, else its M) on swapped tiles 32
+// tokens wide, where a group's tokens fill the MMA's narrow N side; larger groups on the 128 x 128 cooperative tile,
+// or with fast accumulation above a fitted mean (kNarrowMaxRowsPerGroup) on the 128 x 256 one. A 2d x 3d call of few
+// rows per group but more rows in all than split_rows() may still hold a large group (routing skewed to one
 // expert), which the swapped tile runs at a fraction of the large tile's speed: it gets the family's split kernel,
 // which sends each group to one of the two tiles on the device (grouped_gemm.cuh, grouped_prologue). The limits,
 // per family, come from tools/fit_grouped_dispatch.py (grouped_dispatch.inc). Where even all rows in one group would
@@ -78,7 +79,9 @@ const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool u
   const double limit = p.blockwise        ? kSwapMaxRowsPerGroup_blockwise
                        : use_fast_accum   ? kSwapMaxRowsPerGroup_rowwise_fast
                                           : kSwapMaxRowsPerGroup_rowwise_precise;
-  const bool gemv = p.layout == GroupedLayout::k2d3d && p.M <= kGemvMaxRows;
+  const bool gemv = p.layout == GroupedLayout::k2d3d   ? p.M <= kGemvMaxRows
+                    : p.layout == GroupedLayout::k3d3d ? rows_per_group <= kGemvMaxRows
+                                                       : false;
   const bool few = rows_per_group <= limit;
   const bool split = few && p.layout == GroupedLayout::k2d3d && p.M > split_rows(p, use_fast_accum);
   const bool splitk = split && !p.blockwise && p.K >= kSplitKMinDepth &&
