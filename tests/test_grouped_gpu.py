@@ -117,14 +117,18 @@ def test_each_group_equals_scaled_mm_on_the_same_tile_bit_for_bit(kernel, bias):
                 assert torch.equal(part(out), want), f"{kernel}: group {g} of {a.size(0)} rows"
 
 
+def decode_and_swapped(accum):
+    """The grouped decode kernel and the swapped tile (SPLITS) of a family: fast, precise or blockwise."""
+    decode = "grp_bw_gemv_tc_m32_r16_s2_bf16" if accum == "blockwise" else f"grp_gemv_tc_m32_r16_s2_{accum}_bf16"
+    return decode, SPLITS[accum][1]
+
+
 @pytest.mark.parametrize("accum", ["fast", "precise", "blockwise"])
 def test_a_call_of_few_rows_in_all_runs_the_grouped_decode_kernel(accum):
     """The dispatch: GEMV_ROWS rows in all on the decode kernel, one row more on another."""
     fast, bw = accum == "fast", accum == "blockwise"
-    family = "bw_" if bw else ""
-    tail = "_bf16" if bw else f"_{accum}_bf16"
-    swapped = "grp_bw_swap_coop_128x32x128_c1x1_bf16" if bw else f"grp_swap_pp_128x32x128_c1x1{tail}"
-    for sizes, kernel in (([0, 3, 0, 1, 4], f"grp_{family}gemv_tc_m32_r16_s2{tail}"), ([0, 3, 0, 1, 5], swapped)):
+    decode, swapped = decode_and_swapped(accum)
+    for sizes, kernel in (([0, 3, 0, 1, 4], decode), ([0, 3, 0, 1, 5], swapped)):
         assert (sum(sizes) <= GEMV_ROWS) == ("_gemv_" in kernel)
         args, kw = on(DEV, moe_call(sizes, 256, 512, blockwise=bw))
         assert torch.equal(fp8ext.scaled_grouped_mm(*args, **kw, use_fast_accum=fast), named(args, kw, fast, kernel))
@@ -359,11 +363,9 @@ def check_masked(out, a, b, sa, sb, bias, counts, blockwise, use_fast_accum, wha
 def test_a_masked_call_of_few_expected_rows_runs_the_grouped_decode_kernel(accum):
     """The dispatch: expected_m = GEMV_ROWS on the decode kernel, one row more on the swapped tile."""
     fast, bw = accum == "fast", accum == "blockwise"
-    tail = "_bf16" if bw else f"_{accum}_bf16"
     (a, b, sa, sb), kw = on(DEV, batched_call(6, 24, 256, 384, blockwise=bw, bias=True))
     counts = torch.tensor([9, 0, 1, 8, 24, 3], dtype=torch.int32, device=DEV)
-    decode = f"grp_{'bw_' if bw else ''}gemv_tc_m32_r16_s2{tail}"
-    swapped = "grp_bw_swap_coop_128x32x128_c1x1_bf16" if bw else f"grp_swap_pp_128x32x128_c1x1{tail}"
+    decode, swapped = decode_and_swapped(accum)
     for expected_m, kernel in ((GEMV_ROWS, decode), (GEMV_ROWS + 1, swapped)):
         out = fp8ext.scaled_grouped_mm_masked(a, b, sa, sb, counts, bias=kw["bias"], use_fast_accum=fast,
                                               expected_m=expected_m)

@@ -79,9 +79,8 @@ const sm90::GroupedKernelEntry& grouped_kernel(const GroupedMmProblem& p, bool u
   const double limit = p.blockwise        ? kSwapMaxRowsPerGroup_blockwise
                        : use_fast_accum   ? kSwapMaxRowsPerGroup_rowwise_fast
                                           : kSwapMaxRowsPerGroup_rowwise_precise;
-  const bool gemv = p.layout == GroupedLayout::k2d3d   ? p.M <= kGemvMaxRows
-                    : p.layout == GroupedLayout::k3d3d ? rows_per_group <= kGemvMaxRows
-                                                       : false;
+  const bool gemv = (p.layout == GroupedLayout::k2d3d && p.M <= kGemvMaxRows) ||
+                    (p.layout == GroupedLayout::k3d3d && rows_per_group <= kGemvMaxRows);
   const bool few = rows_per_group <= limit;
   const bool split = few && p.layout == GroupedLayout::k2d3d && p.M > split_rows(p, use_fast_accum);
   const bool splitk = split && !p.blockwise && p.K >= kSplitKMinDepth &&
