@@ -178,7 +178,7 @@ def test_rounds_must_be_positive():
 
 PEER_SUITES = ["quick", "llama", "inductor", "custom", "zoo"]
 PROBE_SUITES = ["floor", "host", "invariance", "inductor-peer", "autotune", "edge", "model", "quantize", "linear",
-                "blockwise", "decode-chain", "compile", "grouped", "moe", "large-m"]
+                "blockwise", "decode-chain", "compile", "grouped", "moe", "large-m", "torch-blockwise"]
 # The bench record's header and body, in the order the recorded JSON (and the tools reading it) have them.
 RECORD_KEYS = ["commit", "gpu", "torch", "cuda", "date", "suite", "host", "method", "summary", "rows"]
 

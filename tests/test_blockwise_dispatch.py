@@ -1,5 +1,5 @@
 """The block-wise dispatch's fit (tools/fit_blockwise_dispatch.py and what it fits), the fresh shape sets, and the
-check of torch's block-wise path that the backstop rests on (tools/check_torch_blockwise.py). CPU only."""
+check of torch's block-wise path that the backstop rests on (the bench's torch-blockwise suite). CPU only."""
 import math
 
 import pytest
@@ -21,26 +21,21 @@ def _script(name):
 
 
 def test_torch_blockwise_check_tells_right_wrong_and_refused(monkeypatch):
-    """tools/check_torch_blockwise.py, the check to rerun before the backstop is turned on for another torch:
-    on CPU, with fp8ext's reference path standing in for torch (right), a scaled copy of it (wrong) and torch's
-    own CPU refusal."""
-    check = _script("check_torch_blockwise")
-    monkeypatch.setattr("fp8ext.testing.random_blockwise_operands",
-                        lambda M, N, K, device: random_blockwise_operands(M, N, K))
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(check, "M", 8)
-    monkeypatch.setattr(check, "N", 128)
+    """The torch-blockwise suite, the check to rerun before the backstop is turned on for another torch: on CPU,
+    with fp8ext's reference path standing in for torch (right), a scaled copy of it (wrong) and torch's own
+    refusal."""
+    from fp8ext.bench.suites.torch_blockwise import check_k
 
     def refuse(*args, **kwargs):
         raise ValueError("Invalid scaling configuration.\n- details")
 
     monkeypatch.setattr(torch, "_scaled_mm", refuse)
-    assert check.check_k(640)["torch"] == "refused: Invalid scaling configuration."
+    assert check_k(640, 8, 128, device="cpu")["torch"] == "refused: Invalid scaling configuration."
     monkeypatch.setattr(torch, "_scaled_mm", lambda a, b, sa, sb, out_dtype: fp8ext.scaled_mm(a, b, sa, sb))
-    row = check.check_k(640)
+    row = check_k(640, 8, 128, device="cpu")
     assert row["torch"] == "right" and row["k_groups"] == 5 and not row["k_groups_multiple_of_4"]
     monkeypatch.setattr(torch, "_scaled_mm", lambda a, b, sa, sb, out_dtype: 1.5 * fp8ext.scaled_mm(a, b, sa, sb))
-    row = check.check_k(512)
+    row = check_k(512, 8, 128, device="cpu")
     assert row["torch"].startswith("wrong: ") and row["rel_err"] > 0.4 and row["k_groups_multiple_of_4"]
 
 

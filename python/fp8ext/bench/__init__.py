@@ -8,7 +8,7 @@ invariance, the autotuner, the numerical edges.
     python -m fp8ext.bench --suite llama --json bench/results/run.json --plot bench/results/run.png
     python -m fp8ext.bench --suite zoo [--split heldout] [--plot zoo.png]  # other models' weights and odd M
     python -m fp8ext.bench --suite blockwise [--split heldout | --shapes 4096x7168x2048]  # block-scaled
-    python -m fp8ext.bench --suite floor|host|invariance|inductor-peer|autotune|edge --json out.json
+    python -m fp8ext.bench --suite floor|host|invariance|inductor-peer|autotune|edge|torch-blockwise --json out.json
 
 Times are medians of GPU time per call (L2 flushed before every call, the host held out of the timed span:
 timing.Timer), on fresh random inputs, taken in
