@@ -77,3 +77,13 @@ def test_records_the_docs_cite_are_kept():
             continue
         missing += [(path.name, n) for n in re.findall(r"h[12]00-[A-Za-z0-9_.-]+?\.json", path.read_text()) if n not in kept]
     assert not missing, missing
+
+
+def test_the_tree_keeps_its_limits():
+    # bench/results keeps the latest record of each suite and what the docs cite, at most 40 besides INDEX.md (older
+    # runs and probes are in git history); tools/ holds at most 12 maintainer tools; the README stays short.
+    records = [p.name for p in ROOT.joinpath("bench", "results").iterdir() if p.name != "INDEX.md"]
+    assert len(records) <= 40, f"bench/results holds {len(records)} records: keep the latest per suite and the cited"
+    tools = [p.name for p in ROOT.joinpath("tools").iterdir() if p.is_file()]
+    assert len(tools) <= 12, f"tools/ holds {len(tools)} files: {sorted(tools)}"
+    assert len(ROOT.joinpath("README.md").read_text().splitlines()) <= 250
