@@ -1,8 +1,10 @@
 """fp8ext.convert on mixture-of-experts models (fp8ext.moe.Float8Experts), on CPU: small random Qwen3-MoE and
 Mixtral models converted, their experts swapped and their routers kept, outputs close to the unconverted model's;
 Float8Experts equal to a loop of fp8ext.scaled_mm over each token's experts on the same quantized inputs; experts
-whose shapes the op cannot take are skipped with the reason; a compiled layer equals the eager one."""
+whose shapes the op cannot take, or that compute otherwise, are skipped with the reason; expert id G adds nothing;
+bad inputs are refused before any work; a compiled layer equals the eager one."""
 import copy
+import re
 
 import pytest
 import torch
@@ -91,7 +93,7 @@ def test_the_few_rows_and_the_many_rows_forward_give_the_same_bits(monkeypatch):
 
 
 def test_an_expert_id_out_of_range_makes_its_token_nan_on_both_paths(monkeypatch):
-    """A router that hands an expert id outside [0, G) gets NaN for that token, on both the moe_dispatch path and the
+    """A router that hands an expert id outside [0, G] gets NaN for that token, on both the moe_dispatch path and the
     torch sort path, and the other tokens' outputs as if the bad slots were not there."""
     f8 = Float8Experts(tiny("qwen3_moe").model.layers[0].mlp.experts)
     gen = torch.Generator().manual_seed(6)
@@ -100,7 +102,7 @@ def test_an_expert_id_out_of_range_makes_its_token_nan_on_both_paths(monkeypatch
     weights = torch.rand(5, 2, generator=gen)
     want = f8(x, index, weights)
     bad = index.clone()
-    bad[1, 0], bad[3, 1] = 8, -1
+    bad[1, 0], bad[3, 1] = 9, -1  # G = 8
     for rows in (0, 10_000):
         monkeypatch.setattr(fp8ext.moe, "FEW_ROWS", rows)
         got = f8(x, bad, weights)
@@ -186,3 +188,93 @@ def test_a_dtype_cast_of_the_converted_model_keeps_the_experts_fp8_weights():
     assert torch.equal(experts.gate_up_scale, before[1])
     with torch.no_grad():
         assert torch.isfinite(model(torch.randint(0, 128, (1, 5))).logits).all()
+
+
+def test_expert_id_g_adds_nothing_on_both_paths_as_in_transformers_experts(monkeypatch):
+    """transformers' expert parallelism routes a slot meant for another rank's expert to id G with weight 0, which
+    its experts modules skip; a converted module does too, rather than give the token NaN."""
+    experts = tiny("qwen3_moe").model.layers[0].mlp.experts
+    f8 = Float8Experts(experts)
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(5, 64, generator=gen)
+    index = torch.stack([torch.randperm(8, generator=gen)[:2] for _ in range(5)])
+    weights = torch.rand(5, 2, generator=gen)
+    other_rank = index.clone()
+    other_rank[1, 0], other_rank[3] = 8, 8  # G = 8
+    masked = weights.masked_fill(other_rank == 8, 0.0)
+    with torch.no_grad():
+        reference = experts(x, other_rank, masked)  # transformers' own module on the same routes
+    for rows in (0, 10_000):
+        monkeypatch.setattr(fp8ext.moe, "FEW_ROWS", rows)
+        got = f8(x, other_rank, masked)
+        assert torch.equal(got[3], torch.zeros(64)) and got.isfinite().all()
+        # close, not equal: on CPU a group's float32 matmul may round differently when its row count changes
+        torch.testing.assert_close(got, f8(x, index, masked))
+        assert (got - reference).norm() < 0.1 * reference.norm()  # FP8's error, not a missing or extra term
+
+
+@pytest.mark.parametrize("change, reason", [
+    ("gate", "its gating (Clamped._apply_gate) is not act_fn(gate) * up, which Float8Experts computes"),
+    ("bias", "its experts have biases"),
+    ("transposed", "its weights are stored transposed ([G, H, 2I])"),
+    ("interleaved", "its gate and up rows are interleaved, not [gate; up]"),
+    ("post_norm", "a norm follows each expert"),
+])
+def test_experts_computed_otherwise_than_float8experts_does_are_skipped_with_the_reason(change, reason):
+    """transformers' experts modules that replace the gating (clamped SwiGLU: DeepSeek-V4, Step-3; float32 gating)
+    or carry biases, transposed or interleaved weights, or a norm after each expert would come out silently wrong
+    from Float8Experts' act_fn(gate) * up: they stay as they are."""
+    model = tiny("qwen3_moe")
+    experts = model.model.layers[0].mlp.experts
+    if change == "gate":
+        class Clamped(type(experts)):
+            def _apply_gate(self, gate_up):
+                gate, up = gate_up.chunk(2, dim=-1)
+                return self.act_fn(gate.clamp(max=1.0)) * up.clamp(-1.0, 1.0)
+        experts.__class__ = Clamped
+    elif change == "bias":
+        experts.gate_up_proj_bias = torch.nn.Parameter(torch.zeros(8, 64))
+    else:
+        attribute, value = {"transposed": ("is_transposed", True), "interleaved": ("is_concatenated", False),
+                            "post_norm": ("has_post_expert_norm", True)}[change]
+        setattr(experts, attribute, value)
+    report = fp8ext.convert(model)
+    assert ("model.layers.0.mlp.experts", reason) in report.skipped
+    assert [name for name, _ in report.experts] == ["model.layers.1.mlp.experts"]
+    with pytest.raises(ValueError, match=re.escape(f"fp8ext.Float8Experts: {reason}")):
+        Float8Experts(experts)
+
+
+def test_a_model_that_is_an_experts_module_is_reported_skipped():
+    experts = tiny("mixtral").model.layers[0].mlp.experts
+    report = fp8ext.convert(experts)
+    assert report.skipped == [("", "the model itself is a stacked-experts module: use fp8ext.moe.Float8Experts")]
+
+
+@pytest.mark.parametrize("case, error, message", [
+    ("hidden_3d", ValueError, r"fp8ext.Float8Experts: hidden_states: expected \[T, 64\] \(the tokens, flattened\), "
+                              r"got \[1, 5, 64\]"),
+    ("index_rows", ValueError, r"fp8ext.Float8Experts: top_k_index: expected \[T, k\] with T = 5, got \[4, 2\]"),
+    ("weights_shape", ValueError, r"fp8ext.Float8Experts: top_k_weights: expected top_k_index's shape \[5, 2\], "
+                                  r"got \[5\]"),
+    ("weights_grad", RuntimeError, "fp8ext.Float8Experts: top_k_weights: requires grad"),
+])
+def test_float8_experts_refuses_bad_inputs_before_any_work(case, error, message, monkeypatch):
+    f8 = Float8Experts(tiny("qwen3_moe").model.layers[0].mlp.experts)
+    x, index, weights = torch.randn(5, 64), torch.stack([torch.randperm(8)[:2] for _ in range(5)]), torch.rand(5, 2)
+    if case == "hidden_3d":
+        x = x.view(1, 5, 64)
+    elif case == "index_rows":
+        index = index[:4]
+    elif case == "weights_shape":
+        weights = weights[:, 0]
+    else:
+        weights.requires_grad_()
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("dispatched before the inputs were checked")
+
+    monkeypatch.setattr(fp8ext.moe, "moe_dispatch", no_work)
+    monkeypatch.setattr(fp8ext.moe, "quantize_rowwise", no_work)
+    with pytest.raises(error, match=message):
+        f8(x, index, weights)

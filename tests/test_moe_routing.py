@@ -29,7 +29,7 @@ def reference_route(ids, G):
     for g in range(G):
         rows += [i for i, e in enumerate(flat) if e == g]
         offs.append(len(rows))
-    pos = [-1] * len(flat)
+    pos = [-2 if e == G else -1 for e in flat]  # id G: another rank's expert, skipped; other ids: no row, NaN
     for r, i in enumerate(rows):
         pos[i] = r
     return rows, torch.tensor(offs, dtype=torch.int32), torch.tensor(pos, dtype=torch.int32).view(ids.shape)
@@ -56,6 +56,20 @@ def test_an_expert_id_out_of_range_has_no_row_and_makes_its_token_nan():
     o = torch.randn(6, 32)
     out = fp8ext.moe_combine(o, pos, torch.rand(3, 2))
     assert out[:2].isnan().all() and not out[2].isnan().any()
+
+
+def test_expert_id_g_has_no_row_and_adds_nothing_as_in_transformers_experts():
+    """transformers' expert parallelism routes a slot meant for another rank's expert to id G with weight 0, and
+    its experts modules skip that id: so does combine, whatever the slot's weight."""
+    x = torch.randn(3, 32)
+    ids = torch.tensor([[0, 4], [4, 4], [2, 1]])  # G = 4
+    q, scale, offs, pos = fp8ext.moe_dispatch(x, ids, 4)
+    assert offs.tolist() == [1, 2, 3, 3] and pos.tolist() == [[0, -2], [-2, -2], [2, 1]]
+    o = torch.randn(6, 32)
+    w = torch.rand(3, 2) + 0.5
+    out = fp8ext.moe_combine(o, pos, w)
+    assert torch.equal(out[0], w[0, 0] * o[0]) and torch.equal(out[1], torch.zeros(32))
+    assert torch.equal(out[2], w[2, 0] * o[2] + w[2, 1] * o[1])
 
 
 def test_combine_sums_each_token_s_weighted_rows_in_float32_in_slot_order():
@@ -165,6 +179,7 @@ def test_cuda_combine_equals_the_cpu_op_bit_for_bit(T, k, H, dtype):
     o = (torch.randn(rows, H, generator=gen) * 4).to(dtype)
     pos = torch.randperm(rows, generator=gen)[:T * k].to(torch.int32).view(T, k)
     pos[0, 0] = -1 if T > 1 else pos[0, 0]  # one token with no row: NaN
+    pos[-1, 0] = -2 if T > 2 else pos[-1, 0]  # a slot of another rank's expert: nothing added
     w = torch.rand(T, k, generator=gen).to(dtype)
     got = fp8ext.moe_combine(o.cuda(), pos.cuda(), w.cuda()).cpu()
     want = fp8ext.moe_combine(o, pos, w)

@@ -46,9 +46,11 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(MoeRouteParams
 
   if (t < G) next_row[t] = 0;
   int e = -1;  // this slot's expert, -1 for no slot or an id out of range
+  bool skipped = false;  // id G: another rank's expert
   if (t < p.slots) {
     const int64_t id = p.ids_int64 ? static_cast<const int64_t*>(p.ids)[t] : static_cast<const int32_t*>(p.ids)[t];
     e = id >= 0 && id < G ? static_cast<int>(id) : -1;
+    skipped = id == G;
     p.tokens[t] = 0;  // the rows that invalid slots leave empty read token 0 (the scatter below comes after a barrier)
   }
   __syncthreads();
@@ -84,7 +86,7 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(MoeRouteParams
   base = __shfl_sync(kFullMask, base, leader);
   if (t < p.slots) {
     const int row = e >= 0 ? base + __popc(same & ((1u << lane) - 1u)) : -1;
-    p.pos[t] = row;
+    p.pos[t] = skipped ? kMoeSkipped : row;
     if (row >= 0) p.tokens[row] = t / p.k;
   }
 }
@@ -106,6 +108,7 @@ __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(MoeCombine
   bool valid = true;
   for (int j = 0; j < p.k; ++j) {
     const int32_t row = pos[j];
+    if (row == kMoeSkipped) continue;  // another rank's expert: nothing to add
     if (row < 0 || row >= p.rows) {  // no row (an expert id out of range), or not one of o's: the token's row is NaN
       valid = false;
       continue;

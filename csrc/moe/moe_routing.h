@@ -4,13 +4,16 @@
 // T tokens, each routed to k experts of G: slot i = t * k + j holds expert e_i = top_k_index[t, j]. The routed rows
 // are the slots sorted by expert, stably (slots of one expert keep their order):
 //   offs[g]   = #{i : 0 <= e_i <= g}                    the end of expert g's rows (scaled_grouped_mm's offs)
-//   pos[i]    = the row of slot i in that order; -1 when e_i is outside [0, G) (such a slot has no row)
-//   tokens[r] = i / k for the slot i whose row is r; 0 for the rows past offs[G - 1] that invalid slots leave
+//   pos[i]    = the row of slot i in that order; kMoeSkipped (-2) when e_i == G, -1 when e_i is otherwise outside
+//               [0, G) (neither slot has a row)
+//   tokens[r] = i / k for the slot i whose row is r; 0 for the rows past offs[G - 1] that slots without one leave
 // Dispatch then quantizes row r as hidden[tokens[r]] (quantize_rowwise with a row index), and combine returns
 //   out[t, :] = sum over j = 0 .. k - 1, in that order, of w[t, j] * o[pos[t * k + j], :]
 // in float32 (each product and each sum rounded to float32, no fused multiply-add), rounded once to o's dtype; w is
-// taken in o's dtype. A slot with pos = -1 makes its token's row NaN: an expert id out of range is visible in the
-// output instead of silently dropped, and nothing waits for the GPU to report it.
+// taken in o's dtype, over the slots that have a row. A slot with pos = kMoeSkipped adds nothing: id G is how
+// transformers' expert parallelism marks a route to an expert another rank holds (its weight 0), and its experts
+// modules skip it. A slot with pos = -1 makes its token's row NaN: any other expert id out of range is visible in
+// the output instead of silently dropped, and nothing waits for the GPU to report it.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +26,8 @@ namespace fp8ext {
 constexpr int64_t kMoeRouteMaxSlots = 1024;
 // Experts up to this many (the CTA scans their counts, one per thread).
 constexpr int64_t kMoeMaxExperts = 1024;
+// pos of a slot routed to expert id G: no row, and nothing added for it.
+constexpr int32_t kMoeSkipped = -2;
 
 struct MoeRouteParams {
   const void* ids = nullptr;  // top_k_index, contiguous [T, k]

@@ -14,13 +14,16 @@ The forward, for T tokens each routed to k experts:
      models' activation, one op: silu_mul_quantize_rowwise);
   3. o = scaled_grouped_mm(y, down^T) [T * k, H];
   4. moe_combine puts o back in token order, each token's k rows summed with their routing weights in a fixed order
-     (float32, no atomics: the sum is the same every run). An expert id outside [0, G) gives its token NaN.
+     (float32, no atomics: the sum is the same every run). Expert id G adds nothing, as in transformers' experts
+     modules (its expert parallelism routes a token's slot for another rank's expert there, with weight 0); any
+     other id outside [0, G) gives its token NaN.
 
 Nothing reads the group sizes on the host, so a converted MoE layer never waits for the GPU and can be captured in a
 CUDA graph. At decode a layer is a chain of small kernels, so their number is what its time follows: up to FEW_ROWS
-slots, with SiLU and routing weights in the output's dtype, the steps above dispatch 5 ops, 8 kernels (a test holds
-the count, docs/decisions.md what it replaced). The grouped GEMMs write bfloat16 on CUDA; a float16 or float32 model
-gets its experts' output cast to its dtype.
+slots, with SiLU and routing weights in the output's dtype, the steps above dispatch 5 ops (a test holds the count),
+on CUDA 6 kernels up to 8 slots (each grouped GEMM one decode-kernel launch), 8 from 9 to 96, up to 12 above (the
+split kernels, docs/model_path.md). The grouped GEMMs write bfloat16 on CUDA; a float16 or float32 model gets its
+experts' output cast to its dtype.
 """
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ from torch import nn
 
 from ._cast import keeping_dtypes
 from .grouped import scaled_grouped_mm
-from .moe_routing import MAX_SLOTS, moe_combine, moe_dispatch
+from .moe_routing import MAX_SLOTS, SKIPPED, moe_combine, moe_dispatch
+from .ops import _refuse_grad
 from .quantize import quantize_rowwise, silu_mul_quantize_rowwise
 
 E4M3 = torch.float8_e4m3fn
@@ -41,8 +45,34 @@ FEW_ROWS = MAX_SLOTS
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
+def _gating_problem(module: nn.Module) -> Optional[str]:
+    """Why ``module`` computes its experts otherwise than Float8Experts does (``act_fn(gate) * up`` of its
+    concatenated [gate; up] rows, no biases, nothing after the down projection), or None. transformers'
+    ``use_experts_implementation`` records these traits on the module; ``_apply_gate`` is its gating, which some
+    models replace (clamped SwiGLU, float32 gating, a two-argument activation)."""
+    if getattr(module, "is_transposed", False):
+        return "its weights are stored transposed ([G, H, 2I])"
+    if not getattr(module, "is_concatenated", True):
+        return "its gate and up rows are interleaved, not [gate; up]"
+    if getattr(module, "has_bias", False) or any(getattr(module, n, None) is not None
+                                                 for n in ("gate_up_proj_bias", "down_proj_bias")):
+        return "its experts have biases"
+    if not getattr(module, "has_gate", True):
+        return "its experts have no gate"
+    if getattr(module, "has_post_expert_norm", False):
+        return "a norm follows each expert"
+    gate = getattr(type(module), "_apply_gate", None)
+    if gate is not None and getattr(gate, "__name__", "") != "_default_apply_gate":
+        return (f"its gating ({type(module).__name__}._apply_gate) is not act_fn(gate) * up, which Float8Experts "
+                f"computes")
+    return None
+
+
 def experts_problem(module: nn.Module) -> Optional[str]:
     """Why ``module`` (a stacked-experts module) cannot become a Float8Experts, or None."""
+    gating = _gating_problem(module)
+    if gating is not None:
+        return gating
     gate_up, down = module.gate_up_proj, module.down_proj
     if gate_up.dim() != 3 or down.dim() != 3 or gate_up.shape[0] != down.shape[0]:
         return f"gate_up_proj {tuple(gate_up.shape)} and down_proj {tuple(down.shape)} are not [G, 2I, H], [G, H, I]"
@@ -107,6 +137,7 @@ class Float8Experts(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                 top_k_weights: torch.Tensor) -> torch.Tensor:
+        self._check(hidden_states, top_k_index, top_k_weights)
         T, H = hidden_states.shape
         k = top_k_index.shape[-1]
         out_dtype = hidden_states.dtype if hidden_states.device.type == "cpu" else torch.bfloat16
@@ -126,9 +157,24 @@ class Float8Experts(nn.Module):
                               out_dtype=out_dtype, use_fast_accum=self.use_fast_accum)
         return moe_combine(o, pos, top_k_weights.to(o.dtype).contiguous()).to(hidden_states.dtype)
 
+    def _check(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> None:
+        # What the ops after the experts' GEMMs would refuse, refused before any work, in this module's words.
+        if hidden_states.dim() != 2 or hidden_states.shape[1] != self.hidden_dim:
+            raise ValueError(f"fp8ext.Float8Experts: hidden_states: expected [T, {self.hidden_dim}] (the tokens, "
+                             f"flattened), got {list(hidden_states.shape)}")
+        if top_k_index.dim() != 2 or top_k_index.shape[0] != hidden_states.shape[0]:
+            raise ValueError(f"fp8ext.Float8Experts: top_k_index: expected [T, k] with T = "
+                             f"{hidden_states.shape[0]}, got {list(top_k_index.shape)}")
+        if top_k_weights.shape != top_k_index.shape:
+            raise ValueError(f"fp8ext.Float8Experts: top_k_weights: expected top_k_index's shape "
+                             f"{list(top_k_index.shape)}, got {list(top_k_weights.shape)}")
+        if torch.is_grad_enabled():
+            _refuse_grad("fp8ext.Float8Experts", ("hidden_states", "top_k_weights"), (hidden_states, top_k_weights))
+
     def _dispatch_many(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor):
         # moe_dispatch's outputs, by torch ops: the same rows, offs and pos (an id outside [0, G) sorts last and has
-        # no row), each token quantized once and its FP8 row gathered for each of its experts.
+        # no row: pos -2 for id G, -1 for the others), each token quantized once and its FP8 row gathered for each
+        # of its experts.
         T, k = top_k_index.shape
         ids = top_k_index.reshape(-1)
         valid = (ids >= 0) & (ids < self.num_experts)
@@ -138,7 +184,8 @@ class Float8Experts(nn.Module):
         q, s = quantize_rowwise(hidden_states)
         rows = torch.arange(T * k, device=ids.device, dtype=torch.int32)
         pos = torch.empty_like(rows).index_put_((order,), rows)
-        return q[tokens], s.view(-1)[tokens], offs, torch.where(valid, pos, -1).view(T, k)
+        missing = torch.where(ids == self.num_experts, SKIPPED, -1).to(torch.int32)
+        return q[tokens], s.view(-1)[tokens], offs, torch.where(valid, pos, missing).view(T, k)
 
     def extra_repr(self) -> str:
         return (f"num_experts={self.num_experts}, hidden_dim={self.hidden_dim}, "

@@ -4,7 +4,7 @@ T tokens, each routed to k of G experts: slot i = t * k + j holds expert e_i = t
 the slots sorted by expert, stably::
 
     offs[g]   = #{i : 0 <= e_i <= g}           the end of expert g's rows: scaled_grouped_mm's offs
-    pos[t, j] = the row of slot t * k + j;  -1 when its expert id is outside [0, G)
+    pos[t, j] = the row of slot t * k + j;  -2 when its expert id is G, -1 when it is otherwise outside [0, G)
     q[r], scale[r] = quantize_rowwise(x[i / k]) for the slot i of row r (float8_e4m3fn, float32)
 
 and the way back, for the experts' output o [rows, H]::
@@ -12,8 +12,10 @@ and the way back, for the experts' output o [rows, H]::
     out[t] = sum over j = 0 .. k - 1 of weights[t, j] * o[pos[t, j]]
 
 in float32, each product and each sum rounded to float32 in that order, rounded once to o's dtype (weights in o's
-dtype). A slot with no row (pos = -1, or past o's rows) makes its token's output NaN: an expert id out of range
-shows in the output instead of being dropped, and no check waits for the GPU.
+dtype), over the slots with a row. A slot with pos = -2 adds nothing: expert id G is how transformers' expert
+parallelism marks a route to another rank's expert (with weight 0), which its experts modules skip. Any other slot
+with no row (pos = -1, or past o's rows) makes its token's output NaN: an expert id out of range shows in the
+output instead of being dropped, and no check waits for the GPU.
 
 On CUDA each is one op of few launches (fp8ext.moe's forward): dispatch is a routing kernel (one CTA, so at most
 1024 slots, decode's sizes) and the row-wise quantize reading rows through the routing's token index; combine is one
@@ -28,6 +30,7 @@ from .ops import _IMPL, _operands_meta, _refuse_missing, _register_autograd_guar
 
 E4M3 = torch.float8_e4m3fn
 MAX_SLOTS = 1024  # moe_dispatch's T * k (kMoeRouteMaxSlots in csrc/moe/moe_routing.h)
+SKIPPED = -2  # pos of a slot routed to expert id G (kMoeSkipped)
 
 _DISPATCH = _register_autograd_guard("moe_dispatch", ("x", "top_k_index"), 2)
 _COMBINE = _register_autograd_guard("moe_combine", ("o", "pos", "weights"), 3)
@@ -98,7 +101,7 @@ def _moe_dispatch_cpu(x, top_k_index, num_experts):
     order = torch.sort(torch.where(valid, ids, num_experts), stable=True).indices  # invalid slots last
     routed = int(valid.sum())
     offs = torch.cumsum(torch.bincount(ids[valid], minlength=num_experts), 0).to(torch.int32)
-    pos = torch.full((T * k,), -1, dtype=torch.int32)
+    pos = torch.where(ids == num_experts, SKIPPED, -1).to(torch.int32)
     pos[order[:routed]] = torch.arange(routed, dtype=torch.int32)
     tokens = torch.zeros(T * k, dtype=torch.long)  # the rows invalid slots leave read token 0, as on CUDA
     tokens[:routed] = order[:routed] // k
@@ -109,12 +112,14 @@ def _moe_dispatch_cpu(x, top_k_index, num_experts):
 def _moe_combine_cpu(o, pos, weights):
     _check_combine(o, pos, weights)
     rows = pos.long()
-    missing = ((rows < 0) | (rows >= o.shape[0])).any(dim=1)
+    skipped = rows == SKIPPED
+    missing = (((rows < 0) | (rows >= o.shape[0])) & ~skipped).any(dim=1)
     w = weights.float()
     out = torch.zeros(pos.shape[0], o.shape[1], dtype=torch.float32)
     if o.shape[0] > 0:
         for j in range(pos.shape[1]):  # products and sums each rounded to float32, in the kernel's order
-            out = out + w[:, j:j + 1] * o[rows[:, j].clamp(0, o.shape[0] - 1)].float()
+            added = out + w[:, j:j + 1] * o[rows[:, j].clamp(0, o.shape[0] - 1)].float()
+            out = torch.where(skipped[:, j:j + 1], out, added)
     out[missing] = float("nan")
     return out.to(o.dtype)
 

@@ -390,9 +390,10 @@ def convert(model: nn.Module, filter_fn: Optional[Callable[[nn.Module, str], boo
 def _convert_experts(model: nn.Module, filter_fn, use_fast_accum: bool, report: ConvertReport) -> None:
     """Swaps transformers' stacked-experts modules (fp8ext.moe.is_stacked_experts) for Float8Experts."""
     for name, module in list(model.named_modules()):
-        if not name or not is_stacked_experts(module):
+        if not is_stacked_experts(module):
             continue
-        reason = ("filter_fn returned False" if filter_fn is not None and not filter_fn(module, name)
+        reason = ("the model itself is a stacked-experts module: use fp8ext.moe.Float8Experts" if not name
+                  else "filter_fn returned False" if filter_fn is not None and not filter_fn(module, name)
                   else experts_problem(module))
         if reason is not None:
             report.skipped.append((name, reason))
