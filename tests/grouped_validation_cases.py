@@ -31,6 +31,12 @@ def moe(device):
     return args, {"offs": ends(SIZES, device)}
 
 
+def moe_long_k(device):
+    """The MoE call at K = 160: two K groups of 128."""
+    return [fp8(T, 160, device=device), fp8(G, N, 160, device=device).transpose(-2, -1),
+            torch.rand(T, device=device) + 0.5, torch.rand(G, N, device=device) + 0.5], {"offs": ends(SIZES, device)}
+
+
 def batched(device):
     """3d x 3d, G = 3, M = 17."""
     return [fp8(3, 17, K, device=device), fp8(3, N, K, device=device).transpose(-2, -1),
@@ -107,10 +113,16 @@ CASES = [
     Case("g_scale_b_shape", "scale_b of the wrong shape (row-wise)", _with(moe, scale_b=lambda d, a: a[3][:, :32]),
          P + "scale_b: expected shape [G, N] = [6, 64] (row-wise, layout 2d x 3d, as scale_a's shape says), got "
          "[6, 32]"),
-    Case("g_scale_b_rowwise_with_block_a", "block-wise scale_a with a row-wise scale_b",
+    Case("g_scale_b_rowwise_with_block_a", "scale_a [T, 1] (quantize_rowwise's) with a row-wise scale_b, K <= 128",
          _with(moe, scale_a=lambda d, a: _block_scales(d)[0]),
-         P + "scale_b: expected shape [G, ceil(K / 128), ceil(N / 128)] = [6, 1, 1] (block-wise, layout 2d x 3d, as "
-         "scale_a's shape says), got [6, 64]"),
+         P + "scale_a: got [62, 1], the block-wise shape [T, ceil(K / 128)], beside a row-wise scale_b [6, 64]: for "
+         "row-wise scales pass scale_a.squeeze(-1) ([T] = [62]); for block-wise ones, scale_b [G, ceil(K / 128), "
+         "ceil(N / 128)] = [6, 1, 1]"),
+    Case("g_scale_a_trailing_one", "scale_a [T, 1] (quantize_rowwise's), K > 128",
+         _with(moe_long_k, scale_a=lambda d, a: a[2].view(-1, 1)),
+         P + "scale_a: expected shape [T] = [62] (row-wise) or [T, ceil(K / 128)] = [62, 2] (block-wise) for layout "
+         "2d x 3d, got [62, 1]; for a row-wise scale with a trailing 1 (as quantize_rowwise returns it), pass "
+         "scale_a.squeeze(-1)"),
     Case("g_scale_dtype", "scale_a is float16", _with(moe, scale_a=lambda d, a: a[2].half()),
          P + "scale_a: expected dtype torch.float32, got torch.float16"),
     Case("g_scale_strided", "a row-wise scale_b with a strided last dimension",

@@ -135,3 +135,12 @@ def test_the_masked_op_passes_opcheck_and_compiles():
     f = torch.compile(fp8ext.scaled_grouped_mm_masked, backend="aot_eager", fullgraph=True)
     got, want = f(a, b, sa, sb, counts), fp8ext.scaled_grouped_mm_masked(a, b, sa, sb, counts)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1, :3], want[1, :3])
+
+
+def test_the_masked_op_names_a_missing_masked_m_where_the_python_guard_does_not_run():
+    # Under inference_mode None reaches the C++ op as an undefined tensor; the op names the argument itself.
+    (a, b, sa, sb), _ = batched_call(3, 17, 64, 96)
+    with torch.inference_mode():
+        message = "fp8ext.scaled_grouped_mm_masked: masked_m: expected a tensor, got None"
+        with pytest.raises(RuntimeError, match=message):
+            torch.ops.fp8ext.scaled_grouped_mm_masked(a, b, sa, sb, None)

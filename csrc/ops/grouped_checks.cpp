@@ -185,6 +185,15 @@ GroupedMmProblem check_scaled_grouped_mm_meta(const TensorMeta& a, const TensorM
   const ScaleForm block_a = p.layout == GroupedLayout::k2d3d ? ScaleForm{{M, gk}, "[T, ceil(K / 128)]"}
                                                              : ScaleForm{{G, M, gk}, "[G, M, ceil(K / 128)]"};
   const bool takes_block = p.layout != GroupedLayout::k2d2d;
+  // quantize_rowwise returns a [T, 1] scale, which with K <= 128 is also the block-wise shape: beside a row-wise
+  // scale_b, say which of the two to change rather than take the call as block-wise and blame scale_b.
+  std::vector<int64_t> row_a_unit = row_a.shape;
+  row_a_unit.push_back(1);
+  FP8EXT_CHECK_ARG(!(takes_block && gk == 1 && same_shape(scale_a, block_a.shape) && same_shape(scale_b, {G, N})),
+                   "scale_a", "got ", shape_str(scale_a.sizes()), ", the block-wise shape ", block_a.name,
+                   ", beside a row-wise scale_b ", shape_str(scale_b.sizes()), ": for row-wise scales pass "
+                   "scale_a.squeeze(-1) (", row_a.name, " = ", shape_of(row_a.shape), "); for block-wise ones, scale_b "
+                   "[G, ceil(K / 128), ceil(N / 128)] = ", shape_of({G, gk, hn}));
   p.blockwise = takes_block && same_shape(scale_a, block_a.shape);
   FP8EXT_CHECK_ARG(p.blockwise || same_shape(scale_a, row_a.shape), "scale_a", "expected shape ", row_a.name, " = ",
                    shape_of(row_a.shape),
@@ -192,7 +201,11 @@ GroupedMmProblem check_scaled_grouped_mm_meta(const TensorMeta& a, const TensorM
                                      " (block-wise) for layout ", layout_name(p.layout))
                                : std::string(" (row-wise; block-wise scales take the 2d x 3d and 3d x 3d layouts only, "
                                              "as a 2d x 2d call's K slices need not fall on 128-element blocks)"),
-                   ", got ", shape_str(scale_a.sizes()));
+                   ", got ", shape_str(scale_a.sizes()),
+                   same_shape(scale_a, row_a_unit)
+                       ? "; for a row-wise scale with a trailing 1 (as quantize_rowwise returns it), pass "
+                         "scale_a.squeeze(-1)"
+                       : "");
   check_scale(scale_a, "scale_a", p.blockwise ? block_a : row_a, p, a, "");
   const char* why = ", as scale_a's shape says";
   if (p.blockwise) {

@@ -21,6 +21,8 @@ inline GroupedMmProblem check_scaled_grouped_mm_args(const Tensor& a, const Tens
   const auto meta_of = [](const std::optional<Tensor>& t) {
     return t.has_value() ? std::optional<TensorMeta>(tensor_meta(*t)) : std::nullopt;
   };
+  // masked_m is the masked op's required tensor, passed here as an optional (the other op has none).
+  if (masked_m.has_value()) required(*masked_m, op, "masked_m");
   return check_scaled_grouped_mm_meta(tensor_meta(required(a, op, "a")), tensor_meta(required(b, op, "b")),
                                       tensor_meta(required(scale_a, op, "scale_a")),
                                       tensor_meta(required(scale_b, op, "scale_b")), meta_of(offs), meta_of(bias),
