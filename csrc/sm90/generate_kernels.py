@@ -436,6 +436,10 @@ def _check(outputs: dict[Path, dict[str, str]]) -> int:
         print("BLOCKWISE_DECODE_KERNELS does not list the names that csrc/sm90/decode/bw_gemv_*.cu register",
               file=sys.stderr)
         bad = True
+    if grouped_decode_kernel_names() != {k.name for k in GROUPED_DECODE_KERNELS}:
+        print("GROUPED_DECODE_KERNELS does not list the names that csrc/sm90/grouped/grouped_gemv.cu registers",
+              file=sys.stderr)
+        bad = True
     return 1 if bad else 0
 
 

@@ -19,8 +19,9 @@
 // 2d x 2d one has a slot per group. A 2d x 3d call of T rows has min(G, T) slots, since no more groups can hold rows,
 // and slot y runs the y-th group that holds rows (a scan of offs in the block); one more row of blocks zeros the
 // output rows past the last offset. A group of more than 32 rows runs in chunks of 32, each reading the weight
-// again: the dispatch sends these kernels only 2d x 3d calls of at most 8 rows in all (any form runs by name). A
-// group of depth 0 (an empty K slice, or K = 0) gets its bias, or zeros.
+// again: the dispatch sends these kernels 2d x 3d calls of at most 8 rows in all, and masked and 3d x 3d calls of at
+// most 8 rows per group (a masked call's expected_m); any form runs by name. A group of depth 0 (an empty K slice,
+// or K = 0) gets its bias, or zeros.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
