@@ -210,6 +210,10 @@ def test_torchao_config_swaps_linears():
     assert isinstance(model.layers[0].odd, nn.Linear)  # 40 outputs: left as it is
     with torch.inference_mode():
         assert model.layers[0].mlp(x).shape == (2, 64)
+    # the layers convert would skip are left as they are, rather than refused halfway through quantize_
+    mixed = nn.Sequential(nn.Linear(64, 64).bfloat16(), nn.Linear(64, 64).double())
+    quantize_(mixed, fp8ext.TorchaoConfig())
+    assert [type(m) for m in mixed] == [Float8Linear, nn.Linear]
 
 
 def test_fp8ext_imports_without_torchao():
@@ -430,3 +434,20 @@ def test_the_forward_reads_swapped_and_parametrized_parameters():
     plain = Float8Linear(64, 32)
     plain.load_state_dict({"weight": layer.weight, "weight_scale": layer.weight_scale, "bias": layer.bias})
     assert torch.equal(layer(x), plain(x))
+
+
+def test_a_column_major_weight_and_a_strided_input_work_as_in_nn_linear():
+    """nn.Linear takes a weight in any layout and inputs of any strides; so does the converted layer (the weight is
+    quantized from a contiguous copy, an input with a strided last dimension is copied), with the same result as the
+    contiguous ones. x.flatten(2).transpose(1, 2) is the vision models' pattern."""
+    layer = linear(64, 48)
+    model = nn.Sequential(linear(64, 64), layer)
+    want = expected(model[0], torch.ones(1, 64))
+    with torch.no_grad():
+        model[0].weight = nn.Parameter(model[0].weight.detach().t().contiguous().t())  # same values, column-major
+    report = fp8ext.convert(model)
+    assert [name for name, _ in report.swapped] == ["0", "1"]
+    assert torch.equal(model[0](torch.ones(1, 64)), want)
+    x = torch.randn(2, 64, 5, dtype=torch.bfloat16).transpose(1, 2)  # [B, HW, C], C strided
+    assert x.stride(-1) != 1
+    assert torch.equal(model[1](x), model[1](x.contiguous()))

@@ -119,7 +119,7 @@ def test_finding06_convert_keeps_ties_or_leaves_the_tied_layer():
     assert isinstance(model.a, Float8Linear) and isinstance(model.b, Float8Linear)
     assert model.a.weight is model.b.weight and model.a.weight_scale is model.b.weight_scale
     assert model.a.bias is not model.b.bias
-    assert report.tied == [["a.weight", "b.weight"]] and "1 tied parameters kept tied" in str(report)
+    assert report.tied == [["a.weight", "b.weight"]] and "1 tied parameter kept tied" in str(report)
     # A state dict round trip into another converted copy: the same bits, and still one weight.
     other, _ = converted()
     other.load_state_dict(model.state_dict())

@@ -74,7 +74,8 @@ def __getattr__(name: str):
             from ._torchao import TorchaoConfig
         except ImportError as e:
             raise ImportError(f"fp8ext.TorchaoConfig needs torchao, which could not be imported ({e}); "
-                              "pip install torchao, or use fp8ext.convert(model), which does the same swap") from e
+                              "pip install torchao, or use fp8ext.convert(model), which swaps the same layers and "
+                              "keeps tied weights") from e
         return TorchaoConfig
     raise AttributeError(f"module 'fp8ext' has no attribute {name!r}")
 

@@ -32,8 +32,12 @@ def _fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tenso
     """Float8Linear's forward on (a view of) its parameters: fp8ext.linear, x quantized per token, bias fused."""
     if bias is not None and bias.dtype != x.dtype:
         bias = bias.to(x.dtype)  # the op's bias has the output's dtype
-    # The op takes 2-D and 3-D inputs; other ranks are flattened first. Its eager entry is called directly (not the
-    # Python wrapper): an eager decode step is bound by the host's time per layer.
+    # The op takes 2-D and 3-D inputs whose last dimension is contiguous; other ranks are flattened first (reshape
+    # copies where it must), and a strided last dimension (x.flatten(2).transpose(1, 2), say) is copied, as
+    # nn.Linear takes any strides. Its eager entry is called directly (not the Python wrapper): an eager decode step
+    # is bound by the host's time per layer.
+    if x.dim() in (2, 3) and x.stride(-1) != 1 and x.shape[-1] > 1:
+        x = x.contiguous()
     if x.dim() in (2, 3):
         if not _is_compiling():
             out = _eager_route.linear_call(x, weight, weight_scale, bias, use_fast_accum)  # the direct launch
@@ -101,7 +105,7 @@ class Float8Linear(nn.Module):
         module = cls(in_features, out_features, bias=bias is not None, use_fast_accum=use_fast_accum,
                      bias_dtype=bias.dtype if bias is not None else torch.bfloat16, device=weight.device)
         with torch.no_grad():
-            wq, ws = quantize_rowwise(weight.detach())
+            wq, ws = quantize_rowwise(weight.detach().contiguous())  # any layout, as nn.Linear's weight may be
             module.weight.copy_(wq)
             module.weight_scale.copy_(ws.view(-1))
             if bias is not None:
@@ -243,11 +247,15 @@ class ConvertReport:
     experts: list = dataclasses.field(default_factory=list)  # [(name, (G, I, H))]: MoE experts now Float8Experts
 
     def __str__(self) -> str:
-        lines = [f"fp8ext.convert: {len(self.swapped)} Linear layers now FP8, {len(self.skipped)} skipped"
-                 + (f", {len(self.experts)} MoE expert sets now FP8" if self.experts else "")
-                 + (f", {len(self.fused)} sibling groups fused" if self.fused else "")
-                 + (f", {len(self.tied)} tied parameters kept tied" if self.tied else "")]
-        lines += [f"  skipped {name}: {reason}" for name, reason in self.skipped]
+        def count(n: int, noun: str) -> str:
+            return f"{n} {noun}{'' if n == 1 else 's'}"
+
+        # A module registered under several names (or tied into several) is counted once per name, as listed.
+        lines = [f"fp8ext.convert: {count(len(self.swapped), 'Linear layer')} now FP8, {len(self.skipped)} skipped"
+                 + (f", {count(len(self.experts), 'MoE expert set')} now FP8" if self.experts else "")
+                 + (f", {count(len(self.fused), 'sibling group')} fused" if self.fused else "")
+                 + (f", {count(len(self.tied), 'tied parameter')} kept tied" if self.tied else "")]
+        lines += [f"  skipped {name or '(the model itself)'}: {reason}" for name, reason in self.skipped]
         return "\n".join(lines)
 
 
