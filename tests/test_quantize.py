@@ -46,10 +46,11 @@ def random_rows(*shape, dtype=torch.bfloat16, device="cpu"):
 
 @pytest.mark.parametrize("dtype", [E4M3, E5M2])
 @pytest.mark.parametrize("in_dtype", IN_DTYPES)
-def test_the_testing_helper_quantizes_as_the_op(in_dtype, dtype):
+@pytest.mark.parametrize("shape", [(65, 160), (3, 21, 160)])
+def test_the_testing_helper_quantizes_as_the_op(in_dtype, dtype, shape):
     # fp8ext.testing.quantize_rowwise is the torch-ops peer of the benchmarks and the model suite: it must give
-    # the op's bits, or the peers compare different activations.
-    x = random_rows(65, 160, dtype=in_dtype)
+    # the op's bits, or the peers compare different activations; over the last dimension, at any rank.
+    x = random_rows(*shape, dtype=in_dtype)
     assert_same(fp8ext_testing.quantize_rowwise(x, dtype), fp8ext.quantize_rowwise(x, dtype=dtype))
 
 
@@ -284,3 +285,8 @@ def test_quantize_blockwise_torch_ops_path_on_cuda_equals_the_cpu_path(block, ro
     q_cpu, scale_cpu = fp8ext.quantize_blockwise(x.cpu(), block, dtype=fp8)
     assert torch.equal(scale.cpu(), scale_cpu)
     assert torch.equal(q.cpu().view(torch.uint8), q_cpu.view(torch.uint8))
+
+
+def test_quantize_blockwise_takes_the_block_as_a_list_as_configs_store_it():
+    x = random_rows(256, 256)
+    assert_same(fp8ext.quantize_blockwise(x, [128, 128]), fp8ext.quantize_blockwise(x, (128, 128)))

@@ -89,6 +89,8 @@ def quantize_blockwise(x: torch.Tensor, block: tuple[int, int] = (1, 128),
     mode on, an ``x`` that requires grad is refused (``RuntimeError``), by either path.
     """
     _refuse_missing("fp8ext.quantize_blockwise", ("x",), (x,))
+    if isinstance(block, list):  # as checkpoints' configs store it (weight_block_size: [128, 128])
+        block = tuple(block)
     if block not in ((1, BLOCK), (BLOCK, BLOCK)):
         raise ValueError(f"fp8ext.quantize_blockwise: block must be (1, 128) (activations) or (128, 128) "
                          f"(weights), got {block!r}")

@@ -46,12 +46,14 @@ def random_operands(M: int, N: int, K: int, device="cpu", a_dtype=torch.float8_e
 
 
 def quantize_rowwise(x: torch.Tensor, dtype=torch.float8_e4m3fn):
-    """x [R, C] float -> (fp8 [R, C], float32 scales [R, 1]) with x ~= q * scale, the usual row-wise recipe."""
-    amax = x.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12)
-    scale = amax / FP8_MAX[dtype]
-    # A true float32 division, as fp8ext.quantize_rowwise does: `python_float / tensor` is computed as
-    # tensor.reciprocal() * python_float, which is not correctly rounded and moves an FP8 value now and then.
-    inv = torch.full_like(amax, FP8_MAX[dtype]) / amax
+    """x [..., C] float -> (fp8 [..., C], float32 scales [..., 1]) with x ~= q * scale, the usual row-wise recipe
+    over the last dimension, with fp8ext.quantize_rowwise's bits."""
+    amax = x.abs().amax(dim=-1, keepdim=True).float().clamp(min=1e-12)
+    # True float32 divisions, as fp8ext.quantize_rowwise does: a division by a Python float (or of one) is computed
+    # on CUDA through a reciprocal, which is not correctly rounded and moves a scale or an FP8 value now and then.
+    fp8_max = torch.full_like(amax, FP8_MAX[dtype])
+    scale = amax / fp8_max
+    inv = fp8_max / amax
     q = (x.float() * inv).clamp(-FP8_MAX[dtype], FP8_MAX[dtype]).to(dtype)
     return q, scale
 
