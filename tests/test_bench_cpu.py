@@ -444,3 +444,13 @@ def test_zoo_host_inclusive_columns_and_summary(fake_gpu, monkeypatch, tmp_path)
     record = json.loads(path.read_text())
     assert record["summary"]["heldout fast all"]["default, host included"]["geomean"] == pytest.approx(0.5)
     assert "as an eager caller waits for it" in record["method"]
+
+
+def test_the_cpu_demo_writes_its_record_and_names_the_options_it_does_not_use(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(cli, "gpu_problem", lambda: "no CUDA GPU")
+    out = tmp_path / "demo.json"
+    assert main(["--suite", "custom", "--shapes", "16x4096x4096", "--json", str(out)]) == 0
+    assert "--shapes not used" in capsys.readouterr().out
+    record = json.loads(out.read_text())
+    assert record["suite"] == "cpu-demo" and len(record["rows"]) == 6
+    assert all(r["within_bound"] for r in record["rows"]) and record["summary"] == {"all within the bound": True}

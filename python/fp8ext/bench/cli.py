@@ -78,23 +78,36 @@ def gpu_problem() -> Optional[str]:
     return None
 
 
-def cpu_demo(why: Optional[str] = None) -> int:
-    """Without an sm_90 GPU: show that the op is correct (float64 bound) on a few shapes, and say where speed is."""
+def cpu_demo(why: Optional[str] = None, args=None, unused: tuple = ()) -> int:
+    """Without an sm_90 GPU: show that the op is correct (float64 bound) on a few shapes, and say where speed is.
+    ``args``: the command line (--json writes the demo's rows); ``unused``: the options given that the demo does not
+    honour, which it names."""
     why = why or gpu_problem() or "no sm_90 GPU"
     print(f"fp8ext.bench: {why}. Speed needs an H100/H200 (sm_90) and a CUDA build; running the CPU correctness "
           "demo of the same op instead.\n")
+    if unused:
+        print(f"(the demo runs its own shapes with precise accumulation and draws nothing: {', '.join(unused)} not "
+              f"used)\n")
     print(f"{'M':>5} {'N':>5} {'K':>5} {'out':>9} {'max |err|':>10} {'vs bound':>9}  result")
-    ok = True
+    ok, rows = True, []
     for M, N, K in [(1, 256, 512), (17, 512, 256), (128, 1024, 1024)]:
         for out_dtype in (torch.bfloat16, torch.float32):
             a, b, sa, sb, _, _ = make_operands(M, N, K, device="cpu")
             out = ops.scaled_mm(a, b, sa, sb, out_dtype=out_dtype)
             try:
                 err = check_against_reference(out, a, b, sa, sb, use_fast_accum=False, what="demo")
-                status = "ok"
+                status, within = "ok", "within"
             except AssertionError as e:
-                err, status, ok = float("nan"), f"FAIL {e}", False
-            print(f"{M:>5} {N:>5} {K:>5} {str(out_dtype).replace('torch.', ''):>9} {err:10.3g} {'within':>9}  {status}")
+                err, status, within, ok = float("nan"), f"FAIL {e}", "outside", False
+            dtype = str(out_dtype).replace("torch.", "")
+            print(f"{M:>5} {N:>5} {K:>5} {dtype:>9} {err:10.3g} {within:>9}  {status}")
+            rows.append({"M": M, "N": N, "K": K, "out_dtype": dtype, "max_abs_err": err, "within_bound": status == "ok",
+                         "result": status})
+    if getattr(args, "json", None):
+        write_record(args.json, {**suite_record("cpu-demo"), "method": "CPU correctness demo (no sm_90 GPU: " + why +
+                                 "): fp8ext.scaled_mm on the CPU against the float64 reference and its error bound, "
+                                 "precise accumulation; no timing", "summary": {"all within the bound": ok},
+                                 "rows": rows})
     return 0 if ok else 1
 
 
@@ -121,6 +134,7 @@ def main(argv=None) -> int:
             parse_shapes(args.shapes)
         except ValueError as e:
             p.error(str(e))
+    given = tuple(f"--{name}" for name in ("shapes", "split", "accum", "plot") if getattr(args, name) is not None)
     for key, value in {**SHARED_DEFAULTS, **suite.defaults}.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -132,7 +146,7 @@ def main(argv=None) -> int:
     why = gpu_problem()
     if why is not None:
         if suite.cpu_demo:
-            return cpu_demo(why)
+            return cpu_demo(why, args, given)
         print(f"fp8ext.bench --suite {suite.name}: needs an H100/H200 (sm_90) and a CUDA build of fp8ext ({why})",
               file=sys.stderr)
         return 1

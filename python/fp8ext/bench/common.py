@@ -81,8 +81,13 @@ def git_commit() -> str:
 
 
 def run_record() -> dict:
-    """What every JSON record of an H200 measurement starts with: commit, GPU, torch version and date."""
-    return {"commit": git_commit(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+    """What every JSON record of an H200 measurement starts with: commit, GPU, torch version and date (the CPU
+    demo's too: its GPU is "none")."""
+    try:
+        gpu = torch.cuda.get_device_name()
+    except (RuntimeError, AssertionError):  # no driver, or a CPU build of torch
+        gpu = "none"
+    return {"commit": git_commit(), "gpu": gpu, "torch": torch.__version__,
             "date": _dt.date.today().isoformat()}
 
 
