@@ -132,6 +132,35 @@ def test_the_switch_sets_and_restores_the_choices_factory_and_the_decompositions
     assert inductor_config.inductor_choices_class is user
 
 
+def test_the_switch_belongs_to_the_thread_that_turned_it_on(restore_inductor):
+    """torch 2.14 keeps Inductor's settings per thread, the decomposition table is process-wide: another thread
+    turning the switch on or off while it is on would half-apply it, so it raises; the owner turns it off."""
+    import threading
+    errors, seen_on = [], []
+
+    def other_thread():
+        seen_on.append(fp8ext.compile.is_enabled())  # True where torch's settings are process-wide (2.11)
+        for what in (fp8ext.compile.enable, fp8ext.compile.disable):
+            try:
+                what()
+            except RuntimeError as e:
+                errors.append(str(e))
+
+    fp8ext.compile.enable()
+    try:
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join()
+    finally:
+        fp8ext.compile.disable()
+    assert not fp8ext.compile.is_enabled() and not any(op in decomposition.select_decomp_table()
+                                                       for op in decompositions.table())
+    # enable() there is idempotent where the thread sees the switch on; disable() there always raises
+    want = ["fp8ext.compile.disable"] if seen_on[0] else ["fp8ext.compile.enable", "fp8ext.compile.disable"]
+    assert [e.split(":")[0] for e in errors] == want
+    assert all("the switch is on in another thread" in e for e in errors)
+
+
 def test_the_handler_adds_offers_to_scaled_mm_alone(restore_inductor, monkeypatch):
     calls = []
     monkeypatch.setattr(choices, "scaled_mm_choices", lambda *args: calls.append(args) or ["fp8ext-choice"])

@@ -22,10 +22,16 @@ and adds entries to Inductor's decomposition table. The FX graph cache keys grap
 from those without, and from those of another fp8ext version; a second process hits the cache and times nothing.
 It needs torch's ``InductorChoices.get_template_configs`` (torch 2.9 and later: every torch fp8ext supports);
 ``enable()`` on a torch without it raises one ``RuntimeError`` saying so.
+
+The switch belongs to the thread that turned it on: torch 2.14 keeps Inductor's settings per thread, so another
+thread would compile with fp8ext's decompositions (a process-wide table) but without its choices or its cache key.
+Compile in the thread that called ``enable()``; ``enable()`` or ``disable()`` in another thread while the switch is
+on raises ``RuntimeError`` rather than half-apply.
 """
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any, Iterator, Optional
 
 import torch
@@ -35,6 +41,7 @@ from . import choices, decompositions
 __all__ = ["enable", "disable", "enabled", "is_enabled"]
 
 _factory: Optional[choices.ChoicesFactory] = None  # what enable() set, so that disable() can tell it from another
+_owner: Optional[int] = None  # the thread that turned the switch on (threading.get_ident())
 
 
 def _inductor():
@@ -81,29 +88,39 @@ def is_enabled() -> bool:
 def enable() -> None:
     """Turn the switch on for graphs compiled from now on (module docstring). Idempotent. RuntimeError on a torch
     without the hooks it needs."""
-    global _factory
+    global _factory, _owner
     config, decomposition, V = _inductor()
     if is_enabled():
         return
+    _refuse_other_thread("enable")
     choices._extern_choice()  # what a cached graph that ran fp8ext's kernel calls, in a process that loads it
     _factory = choices.ChoicesFactory(config.inductor_choices_class)
     config.inductor_choices_class = _factory
     _set_table(decomposition, add=True)
     _set_handler(config, V)
+    _owner = threading.get_ident()
 
 
 def disable() -> None:
     """Undo enable(): graphs compiled from now on are Inductor's own again, and the choices factory set before
     enable() is set back. Graphs compiled while the switch was on keep what they were compiled with."""
-    global _factory
+    global _factory, _owner
     if _factory is None:
         return
+    _refuse_other_thread("disable")
     config, decomposition, V = _inductor()
     if config.inductor_choices_class is _factory:
         config.inductor_choices_class = _factory.previous
     _set_table(decomposition, add=False)
     _set_handler(config, V)
-    _factory = None
+    _factory = _owner = None
+
+
+def _refuse_other_thread(what: str) -> None:
+    if _factory is not None and _owner != threading.get_ident():
+        raise RuntimeError(f"fp8ext.compile.{what}: the switch is on in another thread; turn it on and off, and "
+                           f"compile, in one thread (torch keeps Inductor's settings per thread, the decomposition "
+                           f"table is process-wide)")
 
 
 @contextlib.contextmanager
