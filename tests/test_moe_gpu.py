@@ -1,6 +1,6 @@
 """fp8ext.convert on a mixture-of-experts model on the GPU: a small random Qwen3-MoE in bfloat16, converted, each
 Float8Experts (two grouped GEMMs) within FP8's error of the experts it replaced on the inputs it saw; its forward
-never waits for the GPU and replays in a CUDA graph."""
+never waits for the GPU and replays in a CUDA graph; expert id G (another rank's expert) adds nothing."""
 import copy
 
 import pytest
@@ -58,3 +58,23 @@ def test_an_experts_layer_never_waits_for_the_gpu_and_replays_in_a_cuda_graph():
             captured = experts(x, index, weights)
         graph.replay()
     assert torch.equal(captured, want)
+
+
+def test_expert_id_g_adds_nothing_on_the_gpu_as_in_transformers_experts(monkeypatch):
+    """transformers' expert parallelism routes slots meant for other ranks' experts to id G with weight 0; the CUDA
+    route and combine kernels skip them, on both dispatch paths, as the experts module it replaced does."""
+    model, original, report = converted()
+    name = report.experts[0][0]
+    experts, reference = model.get_submodule(name), original[name]
+    gen = torch.Generator(device="cuda").manual_seed(9)
+    x = torch.randn(6, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+    index = torch.stack([torch.randperm(8, device="cuda", generator=gen)[:2] for _ in range(6)])
+    index[1, 0], index[4] = 8, 8  # G = 8
+    weights = torch.rand(6, 2, device="cuda", dtype=torch.bfloat16, generator=gen).masked_fill(index == 8, 0.0)
+    with torch.no_grad():
+        want = reference(x, index, weights).float()
+        for rows in (0, 10_000):  # the torch-sort path, then moe_dispatch
+            monkeypatch.setattr(fp8ext.moe, "FEW_ROWS", rows)
+            got = experts(x, index, weights).float()
+            assert got.isfinite().all() and torch.equal(got[4], torch.zeros_like(got[4]))
+            assert (got - want).norm() < 0.1 * want.norm()  # FP8's error, not a missing or extra term
