@@ -78,6 +78,15 @@ bool same_shape(const TensorMeta& t, const std::vector<int64_t>& want) {
   return true;
 }
 
+// Where scale_a is the row-wise shape with a trailing 1 (as quantize_rowwise returns it), how to pass it; else "".
+// Called only to word a failed check.
+const char* trailing_one_hint(const TensorMeta& scale_a, std::vector<int64_t> row_shape) {
+  row_shape.push_back(1);
+  return same_shape(scale_a, row_shape)
+             ? "; for a row-wise scale with a trailing 1 (as quantize_rowwise returns it), pass scale_a.squeeze(-1)"
+             : "";
+}
+
 std::string shape_of(const std::vector<int64_t>& want) {
   return shape_str(IntSpan(want));
 }
@@ -187,8 +196,6 @@ GroupedMmProblem check_scaled_grouped_mm_meta(const TensorMeta& a, const TensorM
   const bool takes_block = p.layout != GroupedLayout::k2d2d;
   // quantize_rowwise returns a [T, 1] scale, which with K <= 128 is also the block-wise shape: beside a row-wise
   // scale_b, say which of the two to change rather than take the call as block-wise and blame scale_b.
-  std::vector<int64_t> row_a_unit = row_a.shape;
-  row_a_unit.push_back(1);
   FP8EXT_CHECK_ARG(!(takes_block && gk == 1 && same_shape(scale_a, block_a.shape) && same_shape(scale_b, {G, N})),
                    "scale_a", "got ", shape_str(scale_a.sizes()), ", the block-wise shape ", block_a.name,
                    ", beside a row-wise scale_b ", shape_str(scale_b.sizes()), ": for row-wise scales pass "
@@ -202,10 +209,7 @@ GroupedMmProblem check_scaled_grouped_mm_meta(const TensorMeta& a, const TensorM
                                : std::string(" (row-wise; block-wise scales take the 2d x 3d and 3d x 3d layouts only, "
                                              "as a 2d x 2d call's K slices need not fall on 128-element blocks)"),
                    ", got ", shape_str(scale_a.sizes()),
-                   same_shape(scale_a, row_a_unit)
-                       ? "; for a row-wise scale with a trailing 1 (as quantize_rowwise returns it), pass "
-                         "scale_a.squeeze(-1)"
-                       : "");
+                   trailing_one_hint(scale_a, row_a.shape));
   check_scale(scale_a, "scale_a", p.blockwise ? block_a : row_a, p, a, "");
   const char* why = ", as scale_a's shape says";
   if (p.blockwise) {

@@ -36,9 +36,9 @@ def _fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tenso
     # copies where it must), and a strided last dimension (x.flatten(2).transpose(1, 2), say) is copied, as
     # nn.Linear takes any strides. Its eager entry is called directly (not the Python wrapper): an eager decode step
     # is bound by the host's time per layer.
-    if x.dim() in (2, 3) and x.stride(-1) != 1 and x.shape[-1] > 1:
-        x = x.contiguous()
     if x.dim() in (2, 3):
+        if x.stride(-1) != 1 and x.shape[-1] > 1:
+            x = x.contiguous()
         if not _is_compiling():
             out = _eager_route.linear_call(x, weight, weight_scale, bias, use_fast_accum)  # the direct launch
             if out is not None:
