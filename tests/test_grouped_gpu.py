@@ -108,6 +108,11 @@ def test_each_group_equals_scaled_mm_on_the_same_tile_bit_for_bit(kernel, bias):
     """Groups of 0 to 700 rows (one past two 256-row tiles, one short of a 128-row tile), K of five 128-deep blocks:
     a group's rows are a scaled_mm call's, so a grouped call computes what a loop over the experts would."""
     args, kw = on(DEV, moe_call([300, 0, 1, 127, 513, 77, 700], 384, 640, bias=bias, extra_rows=3))
+    assert_each_group_equals_scaled_mm(args, kw, kernel)
+
+
+def assert_each_group_equals_scaled_mm(args, kw, kernel):
+    """The named kernel's output, group by group, against scaled_mm forced to the same tile (SAME_TILE)."""
     fast = "_fast_" in kernel
     out = named(args, kw, fast, kernel)
     with fp8ext.force_kernel(SAME_TILE[kernel]):
@@ -115,6 +120,7 @@ def test_each_group_equals_scaled_mm_on_the_same_tile_bit_for_bit(kernel, bias):
             if a.size(0):
                 want = fp8ext.scaled_mm(a, b, sa, sb, bias=bias_g, out_dtype=torch.bfloat16, use_fast_accum=fast)
                 assert torch.equal(part(out), want), f"{kernel}: group {g} of {a.size(0)} rows"
+    return out
 
 
 # A group holding most of a call's rows whose tokens outgrow the L2 (rows x K bytes past the 32 MiB of
@@ -127,13 +133,7 @@ BANDED = [3, 0, 9001, 0, 5]
 def test_a_group_run_in_bands_equals_scaled_mm_on_the_same_tile_bit_for_bit(kernel):
     """Bands start on the group's own tile grid, so each tile and its sum are the unbanded group's."""
     args, kw = on(DEV, moe_call(BANDED, 256, 4096, bias=True, extra_rows=2))
-    fast = "_fast_" in kernel
-    out = named(args, kw, fast, kernel)
-    with fp8ext.force_kernel(SAME_TILE[kernel]):
-        for g, (part, (a, b, sa, sb, bias_g)) in enumerate(groups(args, kw)):
-            if a.size(0):
-                want = fp8ext.scaled_mm(a, b, sa, sb, bias=bias_g, out_dtype=torch.bfloat16, use_fast_accum=fast)
-                assert torch.equal(part(out), want), f"{kernel}: group {g} of {a.size(0)} rows"
+    out = assert_each_group_equals_scaled_mm(args, kw, kernel)
     assert torch.equal(out[sum(BANDED):], torch.zeros_like(out[sum(BANDED):]))
 
 
