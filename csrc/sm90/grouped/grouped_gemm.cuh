@@ -49,6 +49,7 @@
 #include "sm90/common/dependent_gemm.cuh"
 #include "sm90/common/grid_dependency.cuh"
 #include "sm90/common/kernel_config.h"
+#include "sm90/grouped/grouped_bands.cuh"
 #include "sm90/grouped/grouped_groups.cuh"
 #include "sm90/grouped/grouped_params.h"
 
@@ -115,6 +116,7 @@ CUTLASS_HOST_DEVICE ScaleLayout<GranMN> scale_layout(int64_t extent_mn, int64_t 
 template <class Config>
 struct GroupedGemm {
   static constexpr bool kSwapAB = Config::kSwapAB;
+  static constexpr int kTileM = Config::kTileM;
   static constexpr bool kBlockwise = Config::kBlockwise;
   using Element = cutlass::float_e4m3_t;
   using ElementD = typename OutElement<Config::kOut>::type;
@@ -208,17 +210,19 @@ struct GroupedGemm {
     return t;
   }
 
-  static typename Gemm::Arguments arguments(const GroupedParams& p, const Tables& t) {
+  // `problems`: the tables' entries, p.groups's unless the call runs bands (band_plan).
+  static typename Gemm::Arguments arguments(const GroupedParams& p, const Tables& t, int64_t problems = -1) {
     const typename Bias::Arguments bias{p.bias == nullptr ? nullptr : t.bias, ElementD(0), {}};  // null -> 0
     typename Gemm::Arguments args;
+    // no host copy of the problems: the device's
     if constexpr (kBlockwise) {
       args = {cutlass::gemm::GemmUniversalMode::kGrouped,
-              {static_cast<int>(p.groups), t.problems, nullptr},  // no host copy of the problems: the device's
+              {static_cast<int>(problems < 0 ? p.groups : problems), t.problems, nullptr},
               {t.a, t.stride_a, t.b, t.stride_b, t.row_scale, t.layout_sfa, t.col_scale, t.layout_sfb},
               {{{}, bias, {}}, nullptr, t.stride_d, t.d, t.stride_d}};
     } else {
       args = {cutlass::gemm::GemmUniversalMode::kGrouped,
-              {static_cast<int>(p.groups), t.problems, nullptr},
+              {static_cast<int>(problems < 0 ? p.groups : problems), t.problems, nullptr},
               {t.a, t.stride_a, t.b, t.stride_b},
               {{{{t.row_scale, 0.0f, {}}, {t.col_scale, 0.0f, {}}, {}}, {}, bias, {}},  // (row * col) * acc + bias
                nullptr, t.stride_d, t.d, t.stride_d}};
@@ -261,12 +265,13 @@ __device__ Stride leading_stride(int64_t ld) {
   return s;
 }
 
-// Group g's entries in G's tables. `runs` false: a problem of no rows, which gets no tile (the group is the other
+// Group `grp`'s entries in G's tables, at entry g (the group's index, or a band's entry: then `group` is the
+// group's, whose bias row it reads). `runs` false: a problem of no rows, which gets no tile (the group is the other
 // kernel's, in a split call).
 template <class G>
 __device__ void write_group(const typename G::Tables& t, int64_t g,
                             const GroupView<typename G::Element, typename G::ElementD>& grp,
-                            const GroupedParams& p, bool runs) {
+                            const GroupedParams& p, bool runs, int64_t group = -1) {
   using ElementD = typename G::ElementD;
   // A group with no work gets no tile: no rows, or depth 0 (filled by the prologue).
   const int m = static_cast<int>(!runs || grp.depth == 0 ? 0 : grp.rows), n = static_cast<int>(p.N);
@@ -279,8 +284,30 @@ __device__ void write_group(const typename G::Tables& t, int64_t g,
   t.stride_b[g] = leading_stride<typename G::StrideB>(swap ? p.lda : p.ldb);
   t.d[g] = grp.out;
   t.stride_d[g] = leading_stride<typename G::StrideD>(p.N);
-  t.bias[g] = p.bias == nullptr ? nullptr : static_cast<const ElementD*>(p.bias) + g * p.N;
+  t.bias[g] = p.bias == nullptr ? nullptr : static_cast<const ElementD*>(p.bias) + (group < 0 ? g : group) * p.N;
   G::write_scales(t, g, grp, p);
+}
+
+// One block's part (all its threads): the entries after the G groups', the bands past the first of the group that
+// runs in bands, or problems of no rows.
+template <class G>
+__device__ void write_later_bands(const GroupedParams& p, const typename G::Tables& t, const BandPlan& plan) {
+  __shared__ int64_t banded;
+  if (threadIdx.x == 0) banded = -1;
+  __syncthreads();
+  const int64_t total = total_rows(p);
+  for (int64_t i = threadIdx.x; i < p.groups; i += blockDim.x) {
+    const int64_t start = i == 0 ? 0 : clamped(p.offs[i - 1], 0, p.M);
+    if (band_count(plan, clamped(p.offs[i], start, p.M) - start, p.K, total) > 1) banded = i;  // one at most
+  }
+  __syncthreads();
+  const int64_t group = banded < 0 ? 0 : banded;
+  const auto grp = find_group<typename G::Element, typename G::ElementD>(p, group);
+  const int64_t bands = banded < 0 ? 1 : band_count(plan, grp.rows, grp.depth, total);
+  for (int64_t s = threadIdx.x; s < plan.slots; s += blockDim.x) {
+    const bool runs = s + 1 < bands;
+    write_group<G>(t, p.groups + s, runs ? band_of(grp, s + 1, plan, p) : grp, p, runs, group);
+  }
 }
 
 constexpr int kPrologueThreads = 256;
@@ -316,15 +343,17 @@ __device__ inline bool large_group(int64_t rows, int64_t total, int64_t split_ro
 // half: such a group is the call's work, and on the large tile it runs at its best over the whole GPU, whereas a
 // large group among many small ones, split off, runs as a second launch with a partly idle last wave after the
 // small ones' (Zipf routing measured up to 12% slower split so than on the small tile with the rest).
+// With bands (an unsplit call: Large is NoKernel), block (G, 0) also writes the entries past the groups'.
 template <class G, class Large = NoKernel>
 __global__ void __launch_bounds__(kPrologueThreads)
-    grouped_prologue(GroupedParams p, typename G::Tables t, typename Large::Tables large_tables) {
+    grouped_prologue(GroupedParams p, typename G::Tables t, typename Large::Tables large_tables, BandPlan bands) {
   using ElementD = typename G::ElementD;
   // The GEMM after this kernel is launched as its dependent (run_dependent_gemm) and waits for all of it to
   // complete; letting it start now only moves its launch ahead.
   pdl::allow_dependent_grids();
   const int64_t g = blockIdx.x;
   if (g >= p.groups) {
+    if (g == p.groups && blockIdx.y == 0 && bands.slots > 0) write_later_bands<G>(p, t, bands);
     zero_tail_rows<ElementD>(p, (g - p.groups) * gridDim.y + blockIdx.y, int64_t(gridDim.x - p.groups) * gridDim.y);
     return;
   }
@@ -338,7 +367,8 @@ __global__ void __launch_bounds__(kPrologueThreads)
   }
   if (blockIdx.y != 0 || threadIdx.x != 0) return;
   if constexpr (std::is_same_v<Large, NoKernel>) {
-    write_group<G>(t, g, grp, p, true);
+    const bool banded = band_count(bands, grp.rows, grp.depth, total_rows(p)) > 1;
+    write_group<G>(t, g, banded ? band_of(grp, 0, bands, p) : grp, p, true);
   } else {
     const bool large = large_group(grp.rows, total_rows(p), p.split_rows);
     write_group<G>(t, g, grp, p, !large);
@@ -366,39 +396,43 @@ struct SkipWithoutTiles {
   }
 };
 
-// Where a kernel's tables and CUTLASS's workspace lie in a launch's workspace: the tables first, 128-byte aligned.
+// Where a kernel's tables and CUTLASS's workspace lie in a launch's workspace: the tables first, 128-byte aligned;
+// `extra` entries past the groups' (bands).
 template <class G>
 struct WorkspaceLayout {
   typename G::Tables tables;
+  int64_t problems;  // the tables' entries
   size_t tables_bytes;
   size_t gemm_bytes;  // CUTLASS's, after the tables
 
-  WorkspaceLayout(const GroupedParams& p, void* base) {
-    grouped_detail::Carver c{static_cast<char*>(base), static_cast<size_t>(p.groups)};
+  WorkspaceLayout(const GroupedParams& p, void* base, int64_t extra = 0) : problems(p.groups + extra) {
+    grouped_detail::Carver c{static_cast<char*>(base), static_cast<size_t>(problems)};
     tables = G::carve(c);
     tables_bytes = c.used;
-    gemm_bytes = G::Gemm::get_workspace_size(G::arguments(p, tables));
+    gemm_bytes = G::Gemm::get_workspace_size(G::arguments(p, tables, problems));
   }
   size_t total() const { return (tables_bytes + gemm_bytes + 127) / 128 * 128; }
 };
 
 template <class Config>
 size_t grouped_workspace_size(const GroupedParams& p) {
-  return WorkspaceLayout<GroupedGemm<Config>>(p, nullptr).total();
+  using G = GroupedGemm<Config>;
+  return WorkspaceLayout<G>(p, nullptr, band_plan<G>(p).slots).total();
 }
 
 template <class Config>
 LaunchResult grouped_launch(const GroupedParams& p) {
   using G = GroupedGemm<Config>;
-  const WorkspaceLayout<G> w(p, p.workspace);
+  const BandPlan bands = band_plan<G>(p);
+  const WorkspaceLayout<G> w(p, p.workspace, bands.slots);
   if (p.workspace_bytes < w.total()) return {false, "workspace", "smaller than grouped_workspace_size()"};
   if (!p.tables_written) {
-    grouped_prologue<G><<<prologue_grid(p), kPrologueThreads, 0, p.stream>>>(p, w.tables, {});
+    grouped_prologue<G><<<prologue_grid(p), kPrologueThreads, 0, p.stream>>>(p, w.tables, {}, bands);
     if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
       return {false, "prologue", cudaGetErrorString(err)};
     }
   }
-  const typename G::Gemm::Arguments args = G::arguments(p, w.tables);
+  const typename G::Gemm::Arguments args = G::arguments(p, w.tables, w.problems);
   char* gemm_workspace = static_cast<char*>(p.workspace) + w.tables_bytes;
   // Tables written by a split call's prologue: this is its large-tile GEMM, which may have no group to run.
   return run_dependent_gemm<typename G::Gemm>(args, gemm_workspace, w.gemm_bytes, p.stream,

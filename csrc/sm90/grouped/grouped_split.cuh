@@ -57,7 +57,7 @@ LaunchResult grouped_split_launch(const GroupedParams& p) {
     return {false, "workspace", "smaller than grouped_workspace_size()"};
   }
   grouped_prologue<Small, Large><<<prologue_grid(p), kPrologueThreads, 0, p.stream>>>(p, small.tables,
-                                                                                    large_layout.tables);
+                                                                                    large_layout.tables, BandPlan{});
   if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
     return {false, "prologue", cudaGetErrorString(err)};
   }
