@@ -175,6 +175,8 @@ MASKED_CASES = [
     Case("m_scale", "scale_a of the 2d x 3d shape", _with(masked, scale_a=lambda d, a: torch.rand(51, device=d)),
          PM + "scale_a: expected shape [G, M] = [3, 17] (row-wise) or [G, M, ceil(K / 128)] = [3, 17, 1] "
          "(block-wise) for layout 3d x 3d, got [51]"),
+    Case("m_expected_m", "a negative expected_m", lambda d: (lambda c: (c[0], {"expected_m": -1}))(masked(d)),
+         PM + "expected_m: expected a hint of rows per group within [0, M_max = 17], got -1"),
 ]
 MASKED_VALUE_CASES = [
     Case("m_count", "a count past M_max",

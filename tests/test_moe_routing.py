@@ -91,7 +91,7 @@ X, IDS = torch.randn(4, 64), torch.zeros(4, 2, dtype=torch.long)
 
 @pytest.mark.parametrize("args, message", [
     ((torch.randn(2, 4, 64), IDS, 8), "x: expected a 2-D [T, H] tensor"),
-    ((torch.randn(4, 40), IDS, 8), "x: K = 40"),
+    ((torch.randn(4, 40), IDS, 8), "x: H = 40 (the hidden size, the last dimension) must be a positive multiple"),
     ((X, IDS.float(), 8), "top_k_index: expected dtype torch.int64 or torch.int32"),
     ((X, torch.zeros(3, 2, dtype=torch.long), 8), "top_k_index: expected shape [T, k] = [4, 2]"),
     ((X, torch.zeros(2, 4, dtype=torch.long).t(), 8), "top_k_index: expected a contiguous tensor"),

@@ -30,6 +30,10 @@ MoeDispatchProblem check_moe_dispatch(const TensorMeta& x, const TensorMeta& top
   constexpr const char* op = "fp8ext.moe_dispatch";
   FP8EXT_CHECK_ARG(x.dim() == 2, "x", "expected a 2-D [T, H] tensor, got a ", x.dim(),
                    "-D tensor of shape ", shape_str(x.sizes()));
+  // The quantize's own check would name this size K; here it is the hidden size.
+  FP8EXT_CHECK_ARG(x.size(1) > 0 && x.size(1) % 16 == 0, "x", "H = ", x.size(1),
+                   " (the hidden size, the last dimension) must be a positive multiple of 16 (x is ",
+                   shape_str(x.sizes()), ")");
   MoeDispatchProblem p;
   p.quantize = check_quantize_rowwise(x.sizes(), x.strides(), x.scalar_type(), std::nullopt,
                                       std::nullopt, op);

@@ -118,7 +118,8 @@ GroupedMmProblem check_scaled_grouped_mm_meta(const TensorMeta& a, const TensorM
                                               const TensorMeta& scale_b, const std::optional<TensorMeta>& offs,
                                               const std::optional<TensorMeta>& bias,
                                               std::optional<ScalarType> out_dtype,
-                                              const std::optional<TensorMeta>& masked_m) {
+                                              const std::optional<TensorMeta>& masked_m,
+                                              std::optional<int64_t> expected_m) {
   const OpName name(masked_m.has_value() ? kMaskedOp : "fp8ext.scaled_grouped_mm");
   GroupedMmProblem p;
   p.out_dtype = out_dtype.value_or(ScalarType::BFloat16);
@@ -234,6 +235,9 @@ GroupedMmProblem check_scaled_grouped_mm_meta(const TensorMeta& a, const TensorM
                      "expected a contiguous 1-D tensor of G = ", G, " row counts, got shape ", shape_str(c.sizes()),
                      " with strides ", shape_str(c.strides()));
     p.masked = true;
+    // A hint for the choice of kernel, not a count: out of range it would pick a kernel for rows no group can hold.
+    FP8EXT_CHECK_ARG(!expected_m.has_value() || (*expected_m >= 0 && *expected_m <= p.M), "expected_m",
+                     "expected a hint of rows per group within [0, M_max = ", p.M, "], got ", expected_m.value_or(0));
   }
 
   if (bias.has_value()) {

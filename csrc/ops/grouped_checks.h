@@ -57,14 +57,15 @@ struct GroupedMmProblem {
   }
 };
 
-// Checks every argument and throws (op_errors.h) naming the argument, what was expected and what was given, before
+// Checks every argument (a masked call's expected_m too: a hint of rows per group, within [0, M]) and throws (op_errors.h) naming the argument, what was expected and what was given, before
 // anything is allocated or launched. offs is checked as a tensor here; its values are the backends' to check where
 // they can read them without a device synchronisation (the CPU backend).
 GroupedMmProblem check_scaled_grouped_mm_meta(const TensorMeta& a, const TensorMeta& b, const TensorMeta& scale_a,
                                               const TensorMeta& scale_b, const std::optional<TensorMeta>& offs,
                                               const std::optional<TensorMeta>& bias,
                                               std::optional<ScalarType> out_dtype,
-                                              const std::optional<TensorMeta>& masked_m = std::nullopt);
+                                              const std::optional<TensorMeta>& masked_m = std::nullopt,
+                                              std::optional<int64_t> expected_m = std::nullopt);
 
 // Checks offs's values (G int32 ends, read on the host): non-decreasing, within [0, extent] where extent is a's rows
 // (2d x 3d) or K_total (2d x 2d), and multiples of 16 along K (each K slice is read by TMA in 16-byte units).

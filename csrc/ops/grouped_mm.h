@@ -16,7 +16,8 @@ inline GroupedMmProblem check_scaled_grouped_mm_args(const Tensor& a, const Tens
                                                      const Tensor& scale_b, const std::optional<Tensor>& offs,
                                                      const std::optional<Tensor>& bias,
                                                      std::optional<ScalarType> out_dtype,
-                                                     const std::optional<Tensor>& masked_m = std::nullopt) {
+                                                     const std::optional<Tensor>& masked_m = std::nullopt,
+                                                     std::optional<int64_t> expected_m = std::nullopt) {
   const char* op = masked_m.has_value() ? "fp8ext.scaled_grouped_mm_masked" : "fp8ext.scaled_grouped_mm";
   const auto meta_of = [](const std::optional<Tensor>& t) {
     return t.has_value() ? std::optional<TensorMeta>(tensor_meta(*t)) : std::nullopt;
@@ -26,7 +27,7 @@ inline GroupedMmProblem check_scaled_grouped_mm_args(const Tensor& a, const Tens
   return check_scaled_grouped_mm_meta(tensor_meta(required(a, op, "a")), tensor_meta(required(b, op, "b")),
                                       tensor_meta(required(scale_a, op, "scale_a")),
                                       tensor_meta(required(scale_b, op, "scale_b")), meta_of(offs), meta_of(bias),
-                                      out_dtype, meta_of(masked_m));
+                                      out_dtype, meta_of(masked_m), expected_m);
 }
 
 // The output, contiguous: [T, N] for 2d x 3d, [G, M, N] otherwise (N is a multiple of 16, so every row starts

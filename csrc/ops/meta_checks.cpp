@@ -72,13 +72,14 @@ void check_scaled_grouped_mm_meta_op(std::vector<int64_t> a, ScalarType a_dtype,
                                      std::optional<ScalarType> out_dtype,
                                      std::optional<std::vector<int64_t>> masked_m,
                                      std::optional<ScalarType> masked_m_dtype,
-                                     std::optional<Device> masked_m_device) {
+                                     std::optional<Device> masked_m_device,
+                                     std::optional<int64_t> expected_m) {
   check_scaled_grouped_mm_meta(operand_meta(a, a_dtype, a_device), operand_meta(b, b_dtype, b_device),
                                operand_meta(scale_a, scale_a_dtype, scale_a_device),
                                operand_meta(scale_b, scale_b_dtype, scale_b_device),
                                optional_meta(offs, offs_dtype, offs_device),
                                optional_meta(bias, bias_dtype, bias_device), out_dtype,
-                               optional_meta(masked_m, masked_m_dtype, masked_m_device));
+                               optional_meta(masked_m, masked_m_dtype, masked_m_device), expected_m);
 }
 
 void check_linear_meta_op(std::vector<int64_t> x, ScalarType x_dtype, Device x_device, std::vector<int64_t> weight,

@@ -173,7 +173,7 @@ Tensor run_grouped(const Tensor& a, const Tensor& b, const Tensor& scale_a, cons
                    const std::optional<Tensor>& bias, std::optional<ScalarType> out_dtype, bool use_fast_accum,
                    std::optional<int64_t> expected_m, const std::string& kernel_name = "") {
   const GroupedMmProblem problem =
-      check_scaled_grouped_mm_args(a, b, scale_a, scale_b, offs, bias, out_dtype, masked_m);
+      check_scaled_grouped_mm_args(a, b, scale_a, scale_b, offs, bias, out_dtype, masked_m, expected_m);
   const char* op = problem.masked ? "fp8ext.scaled_grouped_mm_masked" : "fp8ext.scaled_grouped_mm";
   const int device = a.get_device_index();
   const st::accelerator::DeviceGuard guard(device);

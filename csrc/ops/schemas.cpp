@@ -41,7 +41,7 @@ STABLE_TORCH_LIBRARY(fp8ext, m) {
       "Device b_device, int[] scale_a, ScalarType scale_a_dtype, Device scale_a_device, int[] scale_b, "
       "ScalarType scale_b_dtype, Device scale_b_device, int[]? offs, ScalarType? offs_dtype, Device? offs_device, "
       "int[]? bias, ScalarType? bias_dtype, Device? bias_device, ScalarType? out_dtype, int[]? masked_m=None, "
-      "ScalarType? masked_m_dtype=None, Device? masked_m_device=None) -> ()");
+      "ScalarType? masked_m_dtype=None, Device? masked_m_device=None, int? expected_m=None) -> ()");
   m.def(
       "scaled_grouped_mm_masked(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor masked_m, "
       "Tensor? bias=None, ScalarType? out_dtype=None, bool use_fast_accum=False, int? expected_m=None) -> Tensor");

@@ -72,9 +72,9 @@ Tensor scaled_grouped_mm_cpu(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b,
 
 Tensor scaled_grouped_mm_masked_cpu(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor masked_m,
                                     std::optional<Tensor> bias, std::optional<ScalarType> out_dtype,
-                                    bool /*use_fast_accum*/, std::optional<int64_t> /*expected_m: a kernel hint*/) {
+                                    bool /*use_fast_accum*/, std::optional<int64_t> expected_m) {
   const GroupedMmProblem p =
-      check_scaled_grouped_mm_args(a, b, scale_a, scale_b, std::nullopt, bias, out_dtype, masked_m);
+      check_scaled_grouped_mm_args(a, b, scale_a, scale_b, std::nullopt, bias, out_dtype, masked_m, expected_m);
   const auto* counts = static_cast<const int32_t*>(masked_m.const_data_ptr());
   check_masked_counts(counts, p);
   Tensor out = new_grouped_output(a, p);

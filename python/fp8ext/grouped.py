@@ -78,8 +78,9 @@ def scaled_grouped_mm_masked(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Te
     ``a [G, M_max, K]``, ``b [G, K, N]`` and the 3d x 3d layout's scales (row-wise ``[G, M_max]`` and ``[G, N]``,
     or block-wise), with ``masked_m [G]`` int32: group g computes its first ``masked_m[g]`` rows. The output is
     ``[G, M_max, N]``; the rows past each group's count are not written (their values are undefined).
-    ``expected_m``: a hint, the rows a group usually holds, for the choice of kernel (default M_max). The counts
-    are checked (within [0, M_max]) where they are read on the host (CPU); on CUDA, out-of-range counts are clamped.
+    ``expected_m``: a hint, the rows a group usually holds (within [0, M_max]), for the choice of kernel (default
+    M_max). The counts are checked (within [0, M_max]) where they are read on the host (CPU); on CUDA, out-of-range
+    counts are clamped.
     """
     return _SCALED_GROUPED_MM_MASKED(a, b, scale_a, scale_b, masked_m, bias, out_dtype, use_fast_accum, expected_m)
 
@@ -90,7 +91,8 @@ def _scaled_grouped_mm_masked_fake(a, b, scale_a, scale_b, masked_m, bias=None, 
     _refuse_missing("fp8ext.scaled_grouped_mm_masked", MASKED_TENSORS[:5], (a, b, scale_a, scale_b, masked_m))
     moved = {}
     meta = _operands_meta(GROUPED_TENSORS + ("masked_m",), (a, b, scale_a, scale_b, None, bias, masked_m), moved)
-    _run_check(torch.ops.fp8ext._check_scaled_grouped_mm_meta, *meta[:18], out_dtype, *meta[18:], moved=moved)
+    _run_check(torch.ops.fp8ext._check_scaled_grouped_mm_meta, *meta[:18], out_dtype, *meta[18:], expected_m,
+               moved=moved)
     return a.new_empty(_output_shape(a, b, None), dtype=torch.bfloat16 if out_dtype is None else out_dtype)
 
 
