@@ -118,6 +118,18 @@ def test_same_conventions_as_torch_scaled_mm():
         check_against_reference(out, a, b, sa, sb, bias, use_fast_accum=True, what="drop-in")
 
 
+
+@pytest.mark.parametrize("tail", [(None, None, torch.float32), (None, torch.ones(()), torch.float32),
+                                  (None, None, torch.float32, True)], ids=["none", "tensor", "with_fast_accum"])
+def test_torch_positional_scale_result_is_named(tail):
+    # torch._scaled_mm's positions are bias, scale_result, out_dtype, use_fast_accum; fp8ext's have no scale_result,
+    # so torch's out_dtype lands in use_fast_accum's place (or one argument too many). fp8ext's own positions work.
+    a, b, sa, sb = make_inputs(16, 32, 64)
+    assert fp8ext.scaled_mm(a, b, sa, sb, None, torch.float32).dtype == torch.float32
+    with pytest.raises(TypeError, match="scale_result|positional"):
+        fp8ext.scaled_mm(a, b, sa, sb, *tail)
+
+
 OPCHECK_SAMPLES = {
     "rowwise": (lambda: make_inputs(16, 32, 64), {}),
     "rowwise_1d": (lambda: make_inputs(16, 32, 64, "rowwise_1d"), {}),

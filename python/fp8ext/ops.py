@@ -36,7 +36,8 @@ def scaled_mm(
     out_dtype: Optional[torch.dtype] = None,
     use_fast_accum: bool = False,
 ) -> torch.Tensor:
-    """``out = scale_a * scale_b * (a @ b) (+ bias)`` with FP8 inputs; a drop-in for ``torch._scaled_mm``.
+    """``out = scale_a * scale_b * (a @ b) (+ bias)`` with FP8 inputs; a drop-in for ``torch._scaled_mm``, which
+    also has ``scale_result`` (between bias and out_dtype): pass ``out_dtype`` and ``use_fast_accum`` by keyword.
 
     Args:
         a: ``[M, K]`` float8_e4m3fn (or e5m2), row-major; a padded leading dimension (a view ``x[:, :K]``) is fine.
@@ -64,6 +65,12 @@ def scaled_mm(
     reference path computes the call in tiles: float32 buffers of at most 64 MiB beyond the output, reused by
     every tile, while K <= 8M (plus one tile-sized temporary for a bias).
     """
+    if use_fast_accum.__class__ is torch.dtype or isinstance(out_dtype, torch.Tensor):
+        # torch._scaled_mm's arguments by position put scale_result and out_dtype in out_dtype's and use_fast_accum's
+        # places: say so, rather than leave it to a schema's type error (on CUDA, an internal op's).
+        raise TypeError("fp8ext.scaled_mm: out_dtype, use_fast_accum: got a tensor or a dtype where torch._scaled_mm "
+                        "takes scale_result and out_dtype; fp8ext.scaled_mm has no scale_result: pass out_dtype= and "
+                        "use_fast_accum= by keyword")
     if bias is None and not _is_compiling():
         # The common eager calls go straight to torch's row-wise path or to fp8ext's kernel (_eager_route.py).
         out = _eager_route.call(a, b, scale_a, scale_b, out_dtype, use_fast_accum)
