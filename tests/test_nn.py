@@ -170,6 +170,24 @@ def test_f8f8bf16_rowwise_is_scaled_mm():
     assert torch.equal(f32_bias, want)
 
 
+
+def test_f8f8bf16_rowwise_takes_leading_dimensions_as_rows():
+    # FBGEMM's convention: XQ [..., K] is [M, K] with M the product of the leading dimensions, the result [..., N].
+    xq, wq, xs, ws = fbgemm_inputs(M=2 * 3 * 5)
+    want = fp8ext.f8f8bf16_rowwise(xq, wq, xs, ws)
+    xq3 = xq.view(2, 15, 64)
+    for x_scale in (xs, xs.view(-1, 1), xs.view(2, 15), xs.view(2, 15, 1)):
+        got = fp8ext.f8f8bf16_rowwise(xq3, wq, x_scale, ws)
+        assert got.shape == (2, 15, 48) and torch.equal(got.view(30, 48), want)
+    out = torch.empty(2, 3, 5, 48, dtype=torch.bfloat16)
+    assert fp8ext.f8f8bf16_rowwise(xq.view(2, 3, 5, 64), wq, xs, ws, output=out) is out
+    assert torch.equal(out.view(30, 48), want)
+    with pytest.raises(ValueError, match=r"x_scale: expected shape \(M,\), \(M, 1\), \(2, 15\) or \(2, 15, 1\) "
+                                         r"with M = 30, got \(15, 2\)"):
+        fp8ext.f8f8bf16_rowwise(xq3, wq, xs.view(15, 2), ws)
+    with pytest.raises(ValueError, match=r"output: expected a torch.bfloat16 tensor of shape \(2, 15, 48\)"):
+        fp8ext.f8f8bf16_rowwise(xq3, wq, xs, ws, output=torch.empty(30, 48, dtype=torch.bfloat16))
+
 @pytest.mark.parametrize("bad,pattern", [
     ("wq_transposed", r"fp8ext.f8f8bf16_rowwise: WQ: expected shape \[N, K\] with K = 64"),
     ("x_scale", r"x_scale: expected shape \(M,\) or \(M, 1\) with M = 17, got \(1, 17\)"),

@@ -8,6 +8,7 @@ entries. docs/model_path.md and docs/blockwise.md describe the numerics.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -226,18 +227,19 @@ def f8f8bf16_rowwise(XQ: torch.Tensor, WQ: torch.Tensor, x_scale: torch.Tensor, 
     ``out[m, n] = x_scale[m] * w_scale[n] * sum_k XQ[m, k] * WQ[n, k] (+ bias[n])`` in bfloat16.
 
     Args:
-        XQ: ``[M, K]`` float8_e4m3fn activations (e.g. from quantize_rowwise).
+        XQ: ``[M, K]`` float8_e4m3fn activations (e.g. from quantize_rowwise), or ``[..., K]``: as FBGEMM, the
+            leading dimensions are the rows (M is their product) and the result has them too.
         WQ: ``[N, K]`` float8_e4m3fn weight, row-major as stored (not transposed).
-        x_scale: float32 ``[M]`` or ``[M, 1]``.
+        x_scale: float32 ``[M]`` or ``[M, 1]``, or for a ``[..., K]`` XQ its leading shape ``[...]`` or ``[..., 1]``.
         w_scale: float32 ``[N]``, ``[1, N]`` or ``[N, 1]``.
         bias: optional ``[N]`` bfloat16 (added in float32 before the one rounding) or float32 (rounded to
             bfloat16 first: fp8ext.scaled_mm takes a bias of the output's dtype).
         use_fast_accum: as in fp8ext.scaled_mm.
-        output: optional ``[M, N]`` bfloat16 tensor on XQ's device to receive the result. It is filled by a copy
-            of the op's result (fp8ext.scaled_mm has no out= variant), so it saves no memory.
+        output: optional ``[M, N]`` (``[..., N]``) bfloat16 tensor on XQ's device to receive the result. It is
+            filled by a copy of the op's result (fp8ext.scaled_mm has no out= variant), so it saves no memory.
 
     Returns:
-        The ``[M, N]`` bfloat16 result (``output`` itself if given).
+        The ``[M, N]`` (``[..., N]``) bfloat16 result (``output`` itself if given).
 
     A wrong rank, shape, dtype or device of any argument above raises ``ValueError`` naming it (XQ and WQ may
     also be float8_e5m2, as fp8ext.scaled_mm allows); the rest (K or N not a multiple of 16, both operands e5m2,
@@ -245,14 +247,19 @@ def f8f8bf16_rowwise(XQ: torch.Tensor, WQ: torch.Tensor, x_scale: torch.Tensor, 
     """
     for name, t in (("XQ", XQ), ("WQ", WQ)):
         _check(t.dtype in FP8_DTYPES, name, f"expected dtype torch.float8_e4m3fn or torch.float8_e5m2, got {t.dtype}")
-    _check(XQ.dim() == 2, "XQ", f"expected a 2-D tensor [M, K], got shape {tuple(XQ.shape)}")
+    _check(XQ.dim() >= 2, "XQ", f"expected a tensor [M, K] or [..., K], got shape {tuple(XQ.shape)}")
     _check(WQ.dim() == 2, "WQ", f"expected a 2-D tensor [N, K] (the weight as stored, not transposed), "
                                 f"got shape {tuple(WQ.shape)}")
-    (M, K), N = XQ.shape, WQ.shape[0]
+    lead, K, N = tuple(XQ.shape[:-1]), XQ.shape[-1], WQ.shape[0]
+    M = math.prod(lead)
     _check(WQ.shape[1] == K, "WQ", f"expected shape [N, K] with K = {K} (XQ is {list(XQ.shape)}), "
                                    f"got {list(WQ.shape)}")
     _check_device(WQ, "WQ", XQ.device)
-    sa = _scale_vector(x_scale, "x_scale", M, ((M,), (M, 1)), f"(M,) or (M, 1) with M = {M}")
+    if len(lead) == 1:
+        sa = _scale_vector(x_scale, "x_scale", M, ((M,), (M, 1)), f"(M,) or (M, 1) with M = {M}")
+    else:
+        sa = _scale_vector(x_scale, "x_scale", M, ((M,), (M, 1), lead, (*lead, 1)),
+                           f"(M,), (M, 1), {lead} or {(*lead, 1)} with M = {M}")
     sb = _scale_vector(w_scale, "w_scale", N, ((N,), (1, N), (N, 1)), f"(N,), (1, N) or (N, 1) with N = {N}")
     _check_device(x_scale, "x_scale", XQ.device)
     _check_device(w_scale, "w_scale", XQ.device)
@@ -263,10 +270,11 @@ def f8f8bf16_rowwise(XQ: torch.Tensor, WQ: torch.Tensor, x_scale: torch.Tensor, 
         _check_device(bias, "bias", XQ.device)
         bias = bias.to(torch.bfloat16)
     if output is not None:
-        _check(tuple(output.shape) == (M, N) and output.dtype == torch.bfloat16 and output.device == XQ.device,
-               "output", f"expected a torch.bfloat16 tensor of shape ({M}, {N}) on {XQ.device}, got "
+        _check(tuple(output.shape) == (*lead, N) and output.dtype == torch.bfloat16 and output.device == XQ.device,
+               "output", f"expected a torch.bfloat16 tensor of shape {(*lead, N)} on {XQ.device}, got "
                          f"{output.dtype} of shape {tuple(output.shape)} on {output.device}")
-    out = scaled_mm(XQ, WQ.t(), sa, sb, bias=bias, out_dtype=torch.bfloat16, use_fast_accum=use_fast_accum)
+    out = scaled_mm(XQ.reshape(M, K), WQ.t(), sa, sb, bias=bias, out_dtype=torch.bfloat16,
+                    use_fast_accum=use_fast_accum).view(*lead, N)
     if output is None:
         return out
     return output.copy_(out)
