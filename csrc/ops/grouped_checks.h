@@ -57,9 +57,10 @@ struct GroupedMmProblem {
   }
 };
 
-// Checks every argument (a masked call's expected_m too: a hint of rows per group, within [0, M]) and throws (op_errors.h) naming the argument, what was expected and what was given, before
-// anything is allocated or launched. offs is checked as a tensor here; its values are the backends' to check where
-// they can read them without a device synchronisation (the CPU backend).
+// Checks every argument (a masked call's expected_m too: a hint of rows per group, within [0, M]) and throws
+// (op_errors.h) naming the argument, what was expected and what was given, before anything is allocated or
+// launched. offs is checked as a tensor here; its values are the backends' to check where they can read them
+// without a device synchronisation (the CPU backend).
 GroupedMmProblem check_scaled_grouped_mm_meta(const TensorMeta& a, const TensorMeta& b, const TensorMeta& scale_a,
                                               const TensorMeta& scale_b, const std::optional<TensorMeta>& offs,
                                               const std::optional<TensorMeta>& bias,
