@@ -255,11 +255,9 @@ def f8f8bf16_rowwise(XQ: torch.Tensor, WQ: torch.Tensor, x_scale: torch.Tensor, 
     _check(WQ.shape[1] == K, "WQ", f"expected shape [N, K] with K = {K} (XQ is {list(XQ.shape)}), "
                                    f"got {list(WQ.shape)}")
     _check_device(WQ, "WQ", XQ.device)
-    if len(lead) == 1:
-        sa = _scale_vector(x_scale, "x_scale", M, ((M,), (M, 1)), f"(M,) or (M, 1) with M = {M}")
-    else:
-        sa = _scale_vector(x_scale, "x_scale", M, ((M,), (M, 1), lead, (*lead, 1)),
-                           f"(M,), (M, 1), {lead} or {(*lead, 1)} with M = {M}")
+    # a 2-D XQ's leading shape is (M,): the same two shapes, named once
+    accepted = "(M,) or (M, 1)" if len(lead) == 1 else f"(M,), (M, 1), {lead} or {(*lead, 1)}"
+    sa = _scale_vector(x_scale, "x_scale", M, ((M,), (M, 1), lead, (*lead, 1)), f"{accepted} with M = {M}")
     sb = _scale_vector(w_scale, "w_scale", N, ((N,), (1, N), (N, 1)), f"(N,), (1, N) or (N, 1) with N = {N}")
     _check_device(x_scale, "x_scale", XQ.device)
     _check_device(w_scale, "w_scale", XQ.device)
